@@ -1,0 +1,72 @@
+/* model.h — internal model, tokenizer and context structures. */
+#ifndef PLUMB_MODEL_H
+#define PLUMB_MODEL_H
+
+#include "../include/plumb.h"
+#include "../simd/kernels.h"
+#include "gguf.h"
+
+/* Vocabulary token types as GGUF stores them (tokenizer.ggml.token_type). */
+enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
+
+typedef struct {
+    int n;
+    char **text;      /* borrowed from the GGUF metadata */
+    int *len;
+    float *score;
+    int32_t *type;
+    int bos, eos, unk;
+    int add_bos, add_space_prefix;
+    int byte_token[256]; /* id of <0xXX>, or -1 */
+    /* open-addressing hash from token text to id */
+    int *hash;
+    uint32_t hash_mask;
+} plumb_vocab;
+
+int vocab_load(plumb_vocab *v, const gguf_file *f);
+void vocab_free(plumb_vocab *v);
+int vocab_find(const plumb_vocab *v, const char *s, int len); /* -1 if absent */
+
+typedef struct {
+    plumb_matrix attn_norm, ffn_norm;       /* [n_embd] (F32 vectors) */
+    plumb_matrix wq, wk, wv, wo;            /* [n_embd -> n_embd / kv_dim], [n_embd -> n_embd] */
+    plumb_matrix bq, bk, bv;                /* optional biases (qwen2) */
+    plumb_matrix w_gate, w_up, w_down;      /* [n_embd -> n_ff], [n_ff -> n_embd] */
+} plumb_layer;
+
+struct plumb_model {
+    gguf_file *file;
+    char *path;
+    plumb_hparams hp;
+    plumb_vocab vocab;
+    plumb_matrix tok_embd;   /* [n_vocab rows of n_embd] */
+    plumb_matrix output_norm;
+    plumb_matrix output;     /* == tok_embd when tied */
+    plumb_layer *layers;
+};
+
+struct plumb_ctx {
+    plumb_model *model;
+    plumb_ctx_params p;
+    int n_ctx;
+    int kv_dim;
+    float *k_cache, *v_cache; /* [n_layer][n_ctx][kv_dim] */
+    /* scratch for a batch of up to n_batch tokens */
+    int n_batch;
+    float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2, *att; /* see llama.c */
+    float *logits;   /* [n_batch][n_vocab] when all logits kept, else [n_vocab] */
+    int n_logits;       /* rows the logits buffer holds */
+    int n_logits_valid; /* rows the last eval wrote */
+    void *act_buf;   /* quantized activations */
+    size_t act_buf_bytes;
+    size_t bytes;
+};
+
+/* Architecture hooks (models/llama.c). */
+int llama_load_hparams(plumb_model *m);
+int llama_bind_tensors(plumb_model *m);
+/* Runs n <= c->n_batch tokens; writes logits of every token (all) or of the
+ * last one into logits_out. */
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float *logits_out, int all);
+
+#endif

@@ -1,0 +1,134 @@
+/* sampler.c — next-token selection: greedy, or temperature sampling after
+ * repetition penalty, top-k, top-p (nucleus) and min-p filtering. The order
+ * (penalty, top-k, softmax with temperature, top-p, min-p) is llama.cpp's
+ * classic chain. A fixed seed gives the same tokens every run. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/plumb.h"
+#include "util.h"
+
+struct plumb_sampler {
+    plumb_sampler_params p;
+    int n_vocab;
+    plumb_rng rng;
+    plumb_token *recent; /* ring of the last repeat_last_n tokens */
+    int n_recent, head;
+    float *logits;       /* working copy */
+    int *idx;            /* candidate ids */
+};
+
+plumb_sampler_params plumb_sampler_default_params(void) {
+    return (plumb_sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                  .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+}
+
+plumb_sampler *plumb_sampler_new(const plumb_sampler_params *p, int n_vocab) {
+    plumb_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    s->n_vocab = n_vocab;
+    plumb_rng_seed(&s->rng, p->seed);
+    s->recent = malloc(sizeof(plumb_token) * (size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1));
+    s->logits = malloc(sizeof(float) * (size_t)n_vocab);
+    s->idx = malloc(sizeof(int) * (size_t)n_vocab);
+    if (!s->recent || !s->logits || !s->idx) {
+        plumb_sampler_free(s);
+        plumb_set_error("out of memory for sampler");
+        return NULL;
+    }
+    return s;
+}
+
+void plumb_sampler_free(plumb_sampler *s) {
+    if (!s) return;
+    free(s->recent);
+    free(s->logits);
+    free(s->idx);
+    free(s);
+}
+
+void plumb_sampler_accept(plumb_sampler *s, plumb_token t) {
+    if (s->p.repeat_last_n <= 0) return;
+    s->recent[s->head] = t;
+    s->head = (s->head + 1) % s->p.repeat_last_n;
+    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static const float *sort_keys;
+static int by_logit_desc(const void *a, const void *b) {
+    float x = sort_keys[*(const int *)a], y = sort_keys[*(const int *)b];
+    return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
+}
+
+plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
+    const int nv = s->n_vocab;
+    float *l = s->logits;
+    memcpy(l, logits, sizeof(float) * (size_t)nv);
+    /* repetition penalty (CTRL-style): shrink the logits of recent tokens,
+     * once per distinct token (idx doubles as a seen-mark here) */
+    if (s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0) {
+        for (int i = 0; i < s->n_recent; i++)
+            if (s->recent[i] >= 0 && s->recent[i] < nv) s->idx[s->recent[i]] = 0;
+        for (int i = 0; i < s->n_recent; i++) {
+            plumb_token t = s->recent[i];
+            if (t < 0 || t >= nv || s->idx[t]) continue;
+            s->idx[t] = 1;
+            l[t] = l[t] > 0 ? l[t] / s->p.repeat_penalty : l[t] * s->p.repeat_penalty;
+        }
+    }
+    plumb_token out;
+    if (s->p.temp <= 0) {
+        out = argmax(l, nv);
+    } else {
+        /* candidates sorted by logit (top_k bounds how many we need sorted) */
+        int n = nv;
+        for (int i = 0; i < nv; i++) s->idx[i] = i;
+        sort_keys = l;
+        qsort(s->idx, (size_t)nv, sizeof(int), by_logit_desc);
+        if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+        /* softmax with temperature over the candidates */
+        const float max = l[s->idx[0]];
+        double sum = 0;
+        float *prob = l; /* reuse: prob of candidate j stored at l[idx[j]] */
+        for (int j = 0; j < n; j++) {
+            prob[s->idx[j]] = expf((l[s->idx[j]] - max) / s->p.temp);
+            sum += prob[s->idx[j]];
+        }
+        for (int j = 0; j < n; j++) prob[s->idx[j]] = (float)(prob[s->idx[j]] / sum);
+        /* top-p: smallest prefix whose mass reaches top_p */
+        if (s->p.top_p < 1.0f) {
+            double cum = 0;
+            for (int j = 0; j < n; j++) {
+                cum += prob[s->idx[j]];
+                if (cum >= s->p.top_p) { n = j + 1; break; }
+            }
+        }
+        /* min-p: drop candidates below min_p x the best probability */
+        if (s->p.min_p > 0) {
+            const float floor_p = s->p.min_p * prob[s->idx[0]];
+            int keep = 1;
+            while (keep < n && prob[s->idx[keep]] >= floor_p) keep++;
+            n = keep;
+        }
+        double mass = 0;
+        for (int j = 0; j < n; j++) mass += prob[s->idx[j]];
+        double r = plumb_rng_f32(&s->rng) * mass, cum = 0;
+        out = s->idx[n - 1];
+        for (int j = 0; j < n; j++) {
+            cum += prob[s->idx[j]];
+            if (r < cum) { out = s->idx[j]; break; }
+        }
+    }
+    plumb_sampler_accept(s, out);
+    return out;
+}

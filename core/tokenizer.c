@@ -1,0 +1,301 @@
+/* tokenizer.c — SentencePiece-style (SPM) tokenizer and detokenizer over a
+ * GGUF vocabulary (tokenizer.ggml.*), following llama.cpp's algorithm so the
+ * same text gives the same ids:
+ *   1. spaces become U+2581 "▁" (and one is prepended if add_space_prefix);
+ *   2. the text is split into UTF-8 characters;
+ *   3. adjacent pairs whose concatenation is a vocabulary token are merged,
+ *      highest score first (leftmost first on ties), until none is left;
+ *   4. a piece that is not a token falls back to its bytes (<0xXX> tokens). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "util.h"
+
+static uint32_t hash_bytes(const char *s, int len) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < len; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+int vocab_find(const plumb_vocab *v, const char *s, int len) {
+    for (uint32_t i = hash_bytes(s, len) & v->hash_mask;; i = (i + 1) & v->hash_mask) {
+        int id = v->hash[i];
+        if (id < 0) return -1;
+        if (v->len[id] == len && memcmp(v->text[id], s, (size_t)len) == 0) return id;
+    }
+}
+
+static int parse_byte_token(const char *s, int len) {
+    /* "<0xAB>" */
+    if (len != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+static int get_token_id(const gguf_file *f, const char *key, int n, int *out) {
+    uint32_t v;
+    int rc = gguf_get_u32(f, key, &v);
+    if (rc < 0) return -1;
+    if (rc == 0) return 0;
+    if (v >= (uint32_t)n) return plumb_set_error("%s = %u is outside the vocabulary (%d tokens)", key, v, n);
+    *out = (int)v;
+    return 0;
+}
+
+int vocab_load(plumb_vocab *v, const gguf_file *f) {
+    memset(v, 0, sizeof *v);
+    v->bos = v->eos = v->unk = -1;
+    const gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (!toks) return 0; /* a model without a tokenizer still runs on token ids */
+    if (toks->type != GGUF_VT_ARRAY || toks->arr_type != GGUF_VT_STRING)
+        return plumb_set_error("tokenizer.ggml.tokens is not an array of strings");
+    if (toks->arr_n == 0 || toks->arr_n > (1u << 24)) return plumb_set_error("tokenizer.ggml.tokens has %llu entries", (unsigned long long)toks->arr_n);
+    int n = (int)toks->arr_n;
+    v->n = n;
+    v->text = toks->strs;
+    v->len = malloc(sizeof(int) * (size_t)n);
+    v->score = calloc((size_t)n, sizeof(float));
+    v->type = malloc(sizeof(int32_t) * (size_t)n);
+    uint32_t hsize = 1;
+    while (hsize < 2u * (uint32_t)n) hsize <<= 1;
+    v->hash = malloc(sizeof(int) * hsize);
+    if (!v->len || !v->score || !v->type || !v->hash) return plumb_set_error("out of memory loading vocabulary");
+    v->hash_mask = hsize - 1;
+    memset(v->hash, -1, sizeof(int) * hsize);
+
+    const gguf_kv *scores = gguf_find_kv(f, "tokenizer.ggml.scores");
+    if (scores) {
+        if (scores->type != GGUF_VT_ARRAY || scores->arr_type != GGUF_VT_FLOAT32 || scores->arr_n != (uint64_t)n)
+            return plumb_set_error("tokenizer.ggml.scores must be %d f32 values", n);
+        memcpy(v->score, scores->arr, sizeof(float) * (size_t)n);
+    }
+    const gguf_kv *types = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    if (types && (types->type != GGUF_VT_ARRAY || (types->arr_type != GGUF_VT_INT32 && types->arr_type != GGUF_VT_UINT32) ||
+                  types->arr_n != (uint64_t)n))
+        return plumb_set_error("tokenizer.ggml.token_type must be %d i32 values", n);
+    for (int i = 0; i < 256; i++) v->byte_token[i] = -1;
+    for (int i = 0; i < n; i++) {
+        v->len[i] = (int)strlen(v->text[i]);
+        v->type[i] = types ? ((const int32_t *)types->arr)[i] : TOK_NORMAL;
+        int b = parse_byte_token(v->text[i], v->len[i]);
+        if (b >= 0 && (!types || v->type[i] == TOK_BYTE)) {
+            v->type[i] = TOK_BYTE;
+            if (v->byte_token[b] < 0) v->byte_token[b] = i;
+        }
+        /* first occurrence wins, as in llama.cpp's token_to_id map */
+        if (vocab_find(v, v->text[i], v->len[i]) < 0) {
+            uint32_t h = hash_bytes(v->text[i], v->len[i]) & v->hash_mask;
+            while (v->hash[h] >= 0) h = (h + 1) & v->hash_mask;
+            v->hash[h] = i;
+        }
+    }
+    if (get_token_id(f, "tokenizer.ggml.bos_token_id", n, &v->bos) || get_token_id(f, "tokenizer.ggml.eos_token_id", n, &v->eos) ||
+        get_token_id(f, "tokenizer.ggml.unknown_token_id", n, &v->unk))
+        return -1;
+    bool b;
+    v->add_bos = 1;
+    v->add_space_prefix = 1;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) == 1) v->add_bos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) == 1) v->add_space_prefix = b;
+    if (v->bos < 0) v->add_bos = 0;
+    return 0;
+}
+
+void vocab_free(plumb_vocab *v) {
+    free(v->len);
+    free(v->score);
+    free(v->type);
+    free(v->hash);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- SPM merge ---- */
+
+typedef struct { int prev, next; const char *text; int n; } symbol;
+typedef struct { int left, right; float score; int size; } bigram;
+
+typedef struct {
+    bigram *a;
+    int n, cap;
+} heap;
+
+/* higher score first; on ties the leftmost pair */
+static int bigram_before(const bigram *x, const bigram *y) {
+    return x->score > y->score || (x->score == y->score && x->left < y->left);
+}
+
+static int heap_push(heap *h, bigram b) {
+    if (h->n == h->cap) {
+        int cap = h->cap ? h->cap * 2 : 64;
+        bigram *na = realloc(h->a, sizeof(bigram) * (size_t)cap);
+        if (!na) return -1;
+        h->a = na;
+        h->cap = cap;
+    }
+    int i = h->n++;
+    h->a[i] = b;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!bigram_before(&h->a[i], &h->a[p])) break;
+        bigram t = h->a[i]; h->a[i] = h->a[p]; h->a[p] = t;
+        i = p;
+    }
+    return 0;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && bigram_before(&h->a[l], &h->a[m])) m = l;
+        if (r < h->n && bigram_before(&h->a[r], &h->a[m])) m = r;
+        if (m == i) break;
+        bigram t = h->a[i]; h->a[i] = h->a[m]; h->a[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+static int try_add_bigram(const plumb_vocab *v, heap *h, symbol *sym, int left, int right) {
+    if (left < 0 || right < 0) return 0;
+    int size = sym[left].n + sym[right].n;
+    int id = vocab_find(v, sym[left].text, size);
+    if (id < 0) return 0;
+    return heap_push(h, (bigram){left, right, v->score[id], size});
+}
+
+static int utf8_len(uint8_t c) {
+    static const int lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+
+typedef struct {
+    plumb_token *out;
+    int n, max;
+} tok_out;
+
+static void emit(tok_out *o, int id) {
+    if (o->n < o->max) o->out[o->n] = id;
+    o->n++;
+}
+
+static void emit_piece(const plumb_vocab *v, tok_out *o, const char *s, int n) {
+    int id = vocab_find(v, s, n);
+    if (id >= 0) {
+        emit(o, id);
+        return;
+    }
+    for (int j = 0; j < n; j++) {
+        int b = v->byte_token[(uint8_t)s[j]];
+        if (b < 0) b = vocab_find(v, s + j, 1); /* vocabularies without byte tokens */
+        emit(o, b >= 0 ? b : v->unk);
+    }
+}
+
+static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, tok_out *o) {
+    /* 1. escape spaces */
+    size_t cap = 3 * len + 4;
+    char *s = malloc(cap);
+    symbol *sym = malloc(sizeof(symbol) * (len + 2));
+    heap h = {0};
+    int rc = -1;
+    if (!s || !sym) goto done;
+    size_t n = 0;
+    if (v->add_space_prefix && len > 0) { memcpy(s, "\xe2\x96\x81", 3); n = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(s + n, "\xe2\x96\x81", 3); n += 3; }
+        else s[n++] = text[i];
+    }
+    /* 2. characters */
+    int ns = 0;
+    for (size_t off = 0; off < n; ns++) {
+        int cl = utf8_len((uint8_t)s[off]);
+        if ((size_t)cl > n - off) cl = (int)(n - off);
+        sym[ns] = (symbol){ns - 1, (off + (size_t)cl == n) ? -1 : ns + 1, s + off, cl};
+        off += (size_t)cl;
+    }
+    /* 3. merges */
+    for (int i = 1; i < ns; i++)
+        if (try_add_bigram(v, &h, sym, i - 1, i)) goto done;
+    while (h.n > 0) {
+        bigram b = heap_pop(&h);
+        symbol *l = &sym[b.left], *r = &sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = b.left;
+        if (try_add_bigram(v, &h, sym, l->prev, b.left) || try_add_bigram(v, &h, sym, b.left, l->next)) goto done;
+    }
+    /* 4. output */
+    for (int i = ns > 0 ? 0 : -1; i >= 0; i = sym[i].next) emit_piece(v, o, sym[i].text, sym[i].n);
+    rc = 0;
+done:
+    if (rc) plumb_set_error("out of memory while tokenizing");
+    free(s);
+    free(sym);
+    free(h.a);
+    return rc;
+}
+
+int plumb_tokenize(const plumb_model *m, const char *text, size_t len, int add_bos, plumb_token *out, int max_out) {
+    const plumb_vocab *v = &m->vocab;
+    if (v->n == 0) return plumb_set_error("this model has no tokenizer");
+    const char *kind = NULL;
+    if (gguf_get_str(m->file, "tokenizer.ggml.model", &kind) == 1 && strcmp(kind, "llama") != 0)
+        return plumb_set_error("tokenizer '%s' is not supported yet (SentencePiece 'llama' is)", kind);
+    tok_out o = {out, 0, max_out};
+    if (add_bos && v->bos >= 0) emit(&o, v->bos);
+    if (spm_tokenize(v, text, len, &o)) return -1;
+    if (o.n > max_out) return plumb_set_error("prompt needs %d tokens, room for %d", o.n, max_out);
+    return o.n;
+}
+
+int plumb_token_to_piece(const plumb_model *m, plumb_token t, char *buf, int size) {
+    const plumb_vocab *v = &m->vocab;
+    if (t < 0 || t >= v->n) return plumb_set_error("token id %d outside the vocabulary", t);
+    const char *s = v->text[t];
+    int n = 0;
+    switch (v->type[t]) {
+    case TOK_CONTROL:
+    case TOK_UNUSED: break;
+    case TOK_BYTE:
+        if (size < 1) return plumb_set_error("buffer too small");
+        buf[n++] = (char)parse_byte_token(s, v->len[t]);
+        break;
+    case TOK_UNKNOWN:
+        if (size < 3) return plumb_set_error("buffer too small");
+        memcpy(buf, "\xe2\x96\x85", 3);
+        n = 3;
+        break;
+    default:
+        for (int i = 0; i < v->len[t]; i++) {
+            if (i + 2 < v->len[t] && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
+                if (n >= size) return plumb_set_error("buffer too small");
+                buf[n++] = ' ';
+                i += 2;
+            } else {
+                if (n >= size) return plumb_set_error("buffer too small");
+                buf[n++] = s[i];
+            }
+        }
+    }
+    return n;
+}
+
+const char *plumb_token_text(const plumb_model *m, plumb_token t) {
+    return t >= 0 && t < m->vocab.n ? m->vocab.text[t] : NULL;
+}
+int plumb_n_vocab(const plumb_model *m) { return m->hp.n_vocab; }
+plumb_token plumb_token_bos(const plumb_model *m) { return m->vocab.bos; }
+plumb_token plumb_token_eos(const plumb_model *m) { return m->vocab.eos; }
+int plumb_add_bos(const plumb_model *m) { return m->vocab.add_bos; }

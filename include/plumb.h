@@ -1,0 +1,114 @@
+/* plumb.h — the public API of libplumb: load a GGUF model, tokenize, run the
+ * forward pass, sample. Every call that can fail returns NULL or a negative
+ * number, and plumb_last_error() says why (per thread). */
+#ifndef PLUMB_H
+#define PLUMB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLUMB_VERSION "0.1.0"
+
+typedef int32_t plumb_token;
+typedef struct plumb_model plumb_model;
+typedef struct plumb_ctx plumb_ctx;
+typedef struct plumb_sampler plumb_sampler;
+
+const char *plumb_version(void);     /* "0.1.0 (git abc1234)" */
+const char *plumb_last_error(void);
+int plumb_default_threads(void);     /* threads a context uses when n_threads is 0 */
+
+/* ---- model ---- */
+
+typedef struct {
+    char arch[32];          /* general.architecture: "llama", "qwen2", ... */
+    int n_vocab;
+    int n_ctx_train;        /* context length the model was trained with */
+    int n_embd;             /* model width */
+    int n_layer;
+    int n_head, n_head_kv;  /* query heads, key/value heads (GQA when fewer) */
+    int head_dim;           /* n_embd / n_head */
+    int n_ff;               /* feed-forward hidden width */
+    int n_rot;              /* dimensions of each head that RoPE rotates */
+    float rms_eps;
+    float rope_freq_base;
+    int rope_neox;          /* 1: rotate-half pairs (i, i+d/2); 0: adjacent pairs */
+    int tied_output;        /* output projection reuses token_embd */
+    int has_qkv_bias;
+} plumb_hparams;
+
+plumb_model *plumb_model_load(const char *path);
+void plumb_model_free(plumb_model *m);
+const plumb_hparams *plumb_model_hparams(const plumb_model *m);
+uint64_t plumb_model_n_params(const plumb_model *m);
+uint64_t plumb_model_weight_bytes(const plumb_model *m); /* bytes of all tensors */
+/* Bytes of weights one decode step reads (every matrix once; the embedding
+ * table contributes a single row). The decode speed limit is bandwidth / this. */
+uint64_t plumb_model_bytes_per_token(const plumb_model *m);
+const char *plumb_model_weight_type(const plumb_model *m); /* type of most matrix bytes */
+
+/* ---- tokenizer ---- */
+
+int plumb_n_vocab(const plumb_model *m);
+plumb_token plumb_token_bos(const plumb_model *m); /* -1 if none */
+plumb_token plumb_token_eos(const plumb_model *m);
+int plumb_add_bos(const plumb_model *m); /* whether prompts get BOS by default */
+/* Tokenizes len bytes of text into out (room for max_out). Returns the
+ * number of tokens, or -1 with an error (including "needs N tokens"). */
+int plumb_tokenize(const plumb_model *m, const char *text, size_t len, int add_bos, plumb_token *out, int max_out);
+/* Text of one token (bytes, not necessarily whole UTF-8 characters); control
+ * tokens give "". Returns the length, or -1 if buf is too small / id invalid. */
+int plumb_token_to_piece(const plumb_model *m, plumb_token t, char *buf, int size);
+const char *plumb_token_text(const plumb_model *m, plumb_token t); /* raw vocab string */
+
+/* ---- inference context ---- */
+
+typedef struct {
+    int n_ctx;       /* KV cache positions; 0 = min(model's training context, 4096) */
+    int n_threads;   /* 0 = all cores this process may use */
+    int exact;       /* 1: dequantize weights and multiply in f32 (reference path);
+                        0: quantize activations to int8 and use integer dot products */
+} plumb_ctx_params;
+
+plumb_ctx_params plumb_ctx_default_params(void);
+plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p);
+void plumb_ctx_free(plumb_ctx *c);
+int plumb_ctx_n_ctx(const plumb_ctx *c);
+size_t plumb_ctx_bytes(const plumb_ctx *c); /* KV cache + scratch */
+/* Runs tokens[0..n) at positions pos..pos+n-1 (earlier positions must be in
+ * the cache). Afterwards plumb_get_logits gives the last token's logits. */
+int plumb_eval(plumb_ctx *c, const plumb_token *tokens, int n, int pos);
+/* Same, keeping logits for every token of the batch: plumb_get_logits_ith. */
+int plumb_eval_all_logits(plumb_ctx *c, const plumb_token *tokens, int n, int pos);
+const float *plumb_get_logits(const plumb_ctx *c);
+const float *plumb_get_logits_ith(const plumb_ctx *c, int i);
+
+/* ---- sampling ---- */
+
+typedef struct {
+    float temp;           /* <= 0: greedy */
+    int top_k;            /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int repeat_last_n;    /* tokens the penalty looks back over */
+    uint64_t seed;
+} plumb_sampler_params;
+
+plumb_sampler_params plumb_sampler_default_params(void);
+plumb_sampler *plumb_sampler_new(const plumb_sampler_params *p, int n_vocab);
+void plumb_sampler_free(plumb_sampler *s);
+/* Picks the next token from logits (not modified) and records it for the
+ * repetition penalty. */
+plumb_token plumb_sample(plumb_sampler *s, const float *logits);
+/* Records a token (e.g. prompt tokens) for the repetition penalty. */
+void plumb_sampler_accept(plumb_sampler *s, plumb_token t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,241 @@
+/* llama.c — the Llama-family transformer (Llama 2/3, TinyLlama, Mistral,
+ * SmolLM, Qwen2): hyper-parameters from GGUF metadata, tensors by GGUF name,
+ * and the forward pass, readable top to bottom. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/model.h"
+#include "../core/util.h"
+
+/* ---- hyper-parameters ---- */
+
+static int get_u32(plumb_model *m, const char *suffix, int required, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->hp.arch, suffix);
+    uint32_t v;
+    int rc = gguf_get_u32(m->file, key, &v);
+    if (rc < 0) return -1;
+    if (rc == 0) return required ? plumb_set_error("missing metadata '%s'", key) : 0;
+    if (v > (1u << 30)) return plumb_set_error("metadata '%s' = %u is implausible", key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_f32(plumb_model *m, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->hp.arch, suffix);
+    return gguf_get_f32(m->file, key, out) < 0 ? -1 : 0;
+}
+
+int llama_load_hparams(plumb_model *m) {
+    plumb_hparams *hp = &m->hp;
+    hp->n_ctx_train = 0;
+    hp->rms_eps = 1e-5f;
+    hp->rope_freq_base = 10000.0f;
+    if (get_u32(m, "context_length", 0, &hp->n_ctx_train) || get_u32(m, "embedding_length", 1, &hp->n_embd) ||
+        get_u32(m, "block_count", 1, &hp->n_layer) || get_u32(m, "feed_forward_length", 1, &hp->n_ff) ||
+        get_u32(m, "attention.head_count", 1, &hp->n_head))
+        return -1;
+    hp->n_head_kv = hp->n_head;
+    if (get_u32(m, "attention.head_count_kv", 0, &hp->n_head_kv)) return -1;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
+        return plumb_set_error("model dimensions must be positive");
+    if (hp->n_embd % hp->n_head) return plumb_set_error("embedding_length %d not divisible by head_count %d", hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv) return plumb_set_error("head_count %d not divisible by head_count_kv %d", hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    hp->n_rot = hp->head_dim;
+    if (get_u32(m, "rope.dimension_count", 0, &hp->n_rot) || get_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps) ||
+        get_f32(m, "rope.freq_base", &hp->rope_freq_base))
+        return -1;
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2) return plumb_set_error("rope.dimension_count %d invalid for head size %d", hp->n_rot, hp->head_dim);
+    if (!(hp->rms_eps > 0) || !(hp->rope_freq_base > 0)) return plumb_set_error("rms epsilon and rope freq_base must be positive");
+    hp->rope_neox = strcmp(hp->arch, "qwen2") == 0; /* llama.cpp: LLM_ARCH_QWEN2 uses NEOX rope */
+    return 0;
+}
+
+/* ---- tensors ---- */
+
+static int bind(plumb_model *m, plumb_matrix *w, const char *name, int64_t cols, int64_t rows, int required) {
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    memset(w, 0, sizeof *w);
+    if (!t) return required ? plumb_set_error("missing tensor '%s'", name) : 0;
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return plumb_set_error("tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                               (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                               (long long)cols, (long long)rows);
+    const plumb_type_traits *tr = plumb_type_get(t->type);
+    if (!tr->runnable) return plumb_set_error("tensor '%s' has type %s, which plumb does not run", name, tr->name);
+    *w = (plumb_matrix){t->type, rows, cols, (size_t)plumb_type_row_bytes(t->type, (uint64_t)cols), t->data, t->name};
+    return 0;
+}
+
+/* Norm weights and biases are small: keep them as plain floats. */
+static int bind_vector(plumb_model *m, plumb_matrix *w, const char *name, int64_t n, int required) {
+    if (bind(m, w, name, n, 1, required)) return -1;
+    if (!w->data) return 0;
+    float *f = plumb_alloc((size_t)n * sizeof(float), name);
+    if (!f) return -1;
+    plumb_matrix_row_f32(w, 0, f);
+    *w = (plumb_matrix){PLUMB_TYPE_F32, 1, n, (size_t)n * 4, f, w->name};
+    return 0;
+}
+
+int llama_bind_tensors(plumb_model *m) {
+    plumb_hparams *hp = &m->hp;
+    const gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+    if (!emb) return plumb_set_error("missing tensor 'token_embd.weight'");
+    hp->n_vocab = (int)emb->ne[1];
+    if (m->vocab.n && m->vocab.n != hp->n_vocab)
+        return plumb_set_error("vocabulary has %d tokens but token_embd.weight has %d rows", m->vocab.n, hp->n_vocab);
+    const int64_t d = hp->n_embd, kv = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+    if (bind(m, &m->tok_embd, "token_embd.weight", d, hp->n_vocab, 1)) return -1;
+    if (bind_vector(m, &m->output_norm, "output_norm.weight", d, 1)) return -1;
+    if (bind(m, &m->output, "output.weight", d, hp->n_vocab, 0)) return -1;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        hp->tied_output = 1;
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof(plumb_layer));
+    if (!m->layers) return plumb_set_error("out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        plumb_layer *L = &m->layers[l];
+        char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        if (bind_vector(m, &L->attn_norm, NAME("attn_norm.weight"), d, 1) || bind_vector(m, &L->ffn_norm, NAME("ffn_norm.weight"), d, 1) ||
+            bind(m, &L->wq, NAME("attn_q.weight"), d, d, 1) || bind(m, &L->wk, NAME("attn_k.weight"), d, kv, 1) ||
+            bind(m, &L->wv, NAME("attn_v.weight"), d, kv, 1) || bind(m, &L->wo, NAME("attn_output.weight"), d, d, 1) ||
+            bind(m, &L->w_gate, NAME("ffn_gate.weight"), d, ff, 1) || bind(m, &L->w_up, NAME("ffn_up.weight"), d, ff, 1) ||
+            bind(m, &L->w_down, NAME("ffn_down.weight"), ff, d, 1) || bind_vector(m, &L->bq, NAME("attn_q.bias"), d, 0) ||
+            bind_vector(m, &L->bk, NAME("attn_k.bias"), kv, 0) || bind_vector(m, &L->bv, NAME("attn_v.bias"), kv, 0))
+            return -1;
+#undef NAME
+        if (L->bq.data) hp->has_qkv_bias = 1;
+    }
+    return 0;
+}
+
+/* ---- forward pass ---- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0; /* double: the sum of squares of a wide vector loses bits in float */
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+/* Rotates the first n_rot dims of each head of vec by the angles pos * freq_i.
+ * cs/sn hold cos/sin for the n_rot/2 frequencies of this position. */
+static void rope(float *vec, int n_heads, int head_dim, int n_rot, int neox, const float *cs, const float *sn) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + h * head_dim;
+        for (int i = 0; i < n_rot / 2; i++) {
+            int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cs[i] - x1 * sn[i];
+            v[b] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+static void add_bias(float *x, const plumb_matrix *b, int n_tok) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < b->cols; i++) x[t * b->cols + i] += bv[i];
+}
+
+/* Causal attention for a batch: token t (at position pos+t) attends to cache
+ * positions 0..pos+t. Parallel over (token, head). */
+static void attention(plumb_ctx *c, int l, int n, int pos) {
+    const plumb_hparams *hp = &c->model->hp;
+    const plumb_kernels *k = plumb_kernels_active();
+    const int hd = hp->head_dim, kv_dim = c->kv_dim, group = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *kc = c->k_cache + (size_t)l * c->n_ctx * kv_dim;
+    const float *vc = c->v_cache + (size_t)l * c->n_ctx * kv_dim;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int th = 0; th < n * hp->n_head; th++) {
+        const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos + t + 1;
+        const float *q = c->q + (size_t)t * hp->n_embd + h * hd;
+        float *att = c->att + (size_t)omp_get_thread_num() * c->n_ctx;
+        float max = -INFINITY;
+        for (int p = 0; p < len; p++) {
+            att[p] = k->dot_f32(hd, q, kc + (size_t)p * kv_dim + kvh * hd) * scale;
+            if (att[p] > max) max = att[p];
+        }
+        float sum = 0;
+        for (int p = 0; p < len; p++) {
+            att[p] = expf(att[p] - max);
+            sum += att[p];
+        }
+        float *out = c->att_out + (size_t)t * hp->n_embd + h * hd;
+        memset(out, 0, sizeof(float) * (size_t)hd);
+        for (int p = 0; p < len; p++) {
+            const float a = att[p] / sum, *v = vc + (size_t)p * kv_dim + kvh * hd;
+            for (int i = 0; i < hd; i++) out[i] += a * v[i];
+        }
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float *logits_out, int all) {
+    const plumb_model *m = c->model;
+    const plumb_hparams *hp = &m->hp;
+    const int d = hp->n_embd, kv_dim = c->kv_dim, ff = hp->n_ff, exact = c->p.exact;
+    float cs[n][hp->n_rot / 2], sn[n][hp->n_rot / 2];
+
+    /* x[t] = token embedding                                 x: [n][d] */
+    for (int t = 0; t < n; t++) plumb_matrix_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * d);
+
+    /* RoPE angles for each position of the batch (same for every layer) */
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < hp->n_rot / 2; i++) {
+            double theta = (double)(pos + t) * pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot);
+            cs[t][i] = (float)cos(theta);
+            sn[t][i] = (float)sin(theta);
+        }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const plumb_layer *L = &m->layers[l];
+
+        /* attention block */
+        for (int t = 0; t < n; t++) rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, L->attn_norm.data, d, hp->rms_eps);
+        plumb_matmul(&L->wq, c->xb, n, c->q, c->act_buf, exact); /* q: [n][d]      */
+        plumb_matmul(&L->wk, c->xb, n, c->k, c->act_buf, exact); /* k: [n][kv_dim] */
+        plumb_matmul(&L->wv, c->xb, n, c->v, c->act_buf, exact); /* v: [n][kv_dim] */
+        add_bias(c->q, &L->bq, n);
+        add_bias(c->k, &L->bk, n);
+        add_bias(c->v, &L->bv, n);
+        for (int t = 0; t < n; t++) {
+            rope(c->q + (size_t)t * d, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_neox, cs[t], sn[t]);
+            rope(c->k + (size_t)t * kv_dim, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox, cs[t], sn[t]);
+        }
+        /* append this batch's keys and values to the cache */
+        float *kc = c->k_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
+        float *vc = c->v_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
+        memcpy(kc, c->k, sizeof(float) * (size_t)n * kv_dim);
+        memcpy(vc, c->v, sizeof(float) * (size_t)n * kv_dim);
+        attention(c, l, n, pos);                                        /* att_out: [n][d] */
+        plumb_matmul(&L->wo, c->att_out, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
+        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+
+        /* feed-forward block: down(silu(gate(x)) * up(x)) */
+        for (int t = 0; t < n; t++) rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, L->ffn_norm.data, d, hp->rms_eps);
+        plumb_matmul(&L->w_gate, c->xb, n, c->hb, c->act_buf, exact); /* hb:  [n][ff] */
+        plumb_matmul(&L->w_up, c->xb, n, c->hb2, c->act_buf, exact);  /* hb2: [n][ff] */
+        for (size_t i = 0; i < (size_t)n * ff; i++) c->hb[i] = silu(c->hb[i]) * c->hb2[i];
+        plumb_matmul(&L->w_down, c->hb, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
+        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+    }
+
+    /* final norm and output projection (all tokens, or only the last) */
+    const int first = all ? 0 : n - 1, n_out = all ? n : 1;
+    for (int t = first; t < n; t++)
+        rmsnorm(c->xb + (size_t)(t - first) * d, c->x + (size_t)t * d, m->output_norm.data, d, hp->rms_eps);
+    plumb_matmul(&m->output, c->xb, n_out, logits_out, c->act_buf, exact); /* [n_out][n_vocab] */
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* kernels.h — the compute kernels plumb's forward pass runs on, and the
+ * run-time choice between their scalar, AVX2 and NEON implementations.
+ *
+ * Every fast kernel has a scalar twin in scalar.c that defines the answer;
+ * tests/test_kernels.c compares them on random data of awkward sizes. */
+#ifndef PLUMB_KERNELS_H
+#define PLUMB_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../quant/quant.h"
+
+/* A 2-D view of a GGUF tensor: rows of `cols` elements, each row_bytes long. */
+typedef struct {
+    uint32_t type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+    const char *name;
+} plumb_matrix;
+
+typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
+
+typedef struct {
+    const char *name;
+    /* plain float dot product, used by attention too */
+    float (*dot_f32)(int n, const float *a, const float *b);
+    /* weight row (by plumb_type) x activations in the type's activation form;
+     * NULL entries are types this table does not run */
+    plumb_dot_fn dot[PLUMB_TYPE_COUNT];
+    void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
+    void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
+} plumb_kernels;
+
+const plumb_kernels *plumb_kernels_scalar(void);
+const plumb_kernels *plumb_kernels_avx2(void);  /* NULL when not compiled in */
+const plumb_kernels *plumb_kernels_neon(void);  /* NULL when not compiled in */
+
+/* The table the forward pass uses: the best one this CPU supports, unless
+ * PLUMB_SIMD=scalar|avx2|neon names another (an unsupported name is refused). */
+const plumb_kernels *plumb_kernels_active(void);
+int plumb_kernels_select(const char *name); /* 0 ok, -1 with error */
+const char *plumb_cpu_features(void);      /* "avx2 fma f16c" etc. */
+
+/* Bytes of activation scratch plumb_matmul needs for n_tok rows of cols. */
+size_t plumb_matmul_act_bytes(uint32_t weight_type, int64_t cols, int n_tok);
+
+/* y[t][r] = dot(W row r, x[t]) for t < n_tok, r < W->rows.
+ *   x: [n_tok][W->cols] floats, y: [n_tok][W->rows].
+ * exact != 0 dequantizes weight rows to f32 (the reference arithmetic);
+ * otherwise activations are quantized once (act_buf) and integer kernels run.
+ * Runs on the calling OpenMP team if inside a parallel region, else opens one. */
+void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, void *act_buf, int exact);
+
+/* Row r of W as floats (for embedding lookup). */
+void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,133 @@
+/* matmul.c — kernel selection and the matrix-vector / matrix-matrix driver. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/util.h"
+#include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+static const plumb_kernels *active;
+
+static int cpu_has_avx2_fma_f16c(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+const char *plumb_cpu_features(void) {
+    static char buf[128];
+    if (buf[0]) return buf;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    snprintf(buf, sizeof buf, "x86_64%s%s%s%s%s", __builtin_cpu_supports("avx2") ? " avx2" : "",
+             __builtin_cpu_supports("fma") ? " fma" : "", __builtin_cpu_supports("f16c") ? " f16c" : "",
+             __builtin_cpu_supports("avx512f") ? " avx512f" : "",
+             __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
+#elif defined(__aarch64__)
+    unsigned long hw = 0;
+#if defined(__linux__)
+    hw = getauxval(AT_HWCAP);
+#endif
+    snprintf(buf, sizeof buf, "aarch64 neon%s", (hw & (1ul << 20)) ? " dotprod" : "");
+#else
+    snprintf(buf, sizeof buf, "generic");
+#endif
+    return buf;
+}
+
+int plumb_kernels_select(const char *name) {
+    const plumb_kernels *k = NULL;
+    if (!strcmp(name, "scalar")) k = plumb_kernels_scalar();
+    else if (!strcmp(name, "avx2")) k = cpu_has_avx2_fma_f16c() ? plumb_kernels_avx2() : NULL;
+    else if (!strcmp(name, "neon")) k = plumb_kernels_neon();
+    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, neon)", name);
+    if (!k) return plumb_set_error("kernel set '%s' is not available on this CPU/build", name);
+    active = k;
+    return 0;
+}
+
+const plumb_kernels *plumb_kernels_active(void) {
+    if (active) return active;
+    const char *env = getenv("PLUMB_SIMD");
+    if (env && *env && plumb_kernels_select(env) == 0) return active;
+    const plumb_kernels *k = NULL;
+    if (cpu_has_avx2_fma_f16c()) k = plumb_kernels_avx2();
+    if (!k) k = plumb_kernels_neon();
+    if (!k) k = plumb_kernels_scalar();
+    active = k;
+    return active;
+}
+
+size_t plumb_matmul_act_bytes(uint32_t weight_type, int64_t cols, int n_tok) {
+    const plumb_type_traits *t = plumb_type_get(weight_type);
+    if (!t) return 0;
+    switch (t->act) {
+    case PLUMB_ACT_Q8: return (size_t)n_tok * (size_t)(cols / 32) * sizeof(block_q8a);
+    case PLUMB_ACT_Q8K: return (size_t)n_tok * (size_t)(cols / QK_K) * sizeof(block_q8_K);
+    default: return 0;
+    }
+}
+
+void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out) {
+    plumb_type_get(W->type)->to_float((const uint8_t *)W->data + (size_t)r * W->row_bytes, out, W->cols);
+}
+
+/* Rows are split into contiguous ranges, one per thread; for each row the
+ * weights are read once and applied to every token of the batch, so a
+ * prefill batch costs one pass over the weights. */
+void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, void *act_buf, int exact) {
+    const plumb_kernels *k = plumb_kernels_active();
+    const plumb_type_traits *tt = plumb_type_get(W->type);
+    const int64_t rows = W->rows, cols = W->cols;
+    const uint8_t *wd = W->data;
+    const int quantized_act = !exact && tt->act != PLUMB_ACT_F32;
+    size_t act_row = 0;
+
+    if (quantized_act) {
+        act_row = plumb_matmul_act_bytes(W->type, cols, 1);
+#pragma omp parallel for schedule(static) if (n_tok > 1)
+        for (int t = 0; t < n_tok; t++) {
+            void *dst = (uint8_t *)act_buf + (size_t)t * act_row;
+            if (tt->act == PLUMB_ACT_Q8) k->quantize_q8a(x + (size_t)t * cols, dst, cols);
+            else k->quantize_q8K(x + (size_t)t * cols, dst, cols);
+        }
+    }
+    const int dequant_rows = exact && tt->act != PLUMB_ACT_F32;
+    const int bs = tt->block_size;
+    plumb_dot_fn dot = k->dot[W->type];
+
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *wr = wd + (size_t)r * W->row_bytes;
+        if (dequant_rows) {
+            /* reference path: each block dequantized to floats, f32 dot */
+            float blk[QK_K];
+            for (int t = 0; t < n_tok; t++) {
+                const float *xt = x + (size_t)t * cols;
+                float s = 0;
+                for (int64_t b = 0; b < cols / bs; b++) {
+                    tt->to_float(wr + (size_t)b * tt->type_size, blk, bs);
+                    s += k->dot_f32(bs, blk, xt + b * bs);
+                }
+                y[(size_t)t * rows + r] = s;
+            }
+        } else if (quantized_act) {
+            for (int t = 0; t < n_tok; t++)
+                y[(size_t)t * rows + r] = dot((int)cols, wr, (uint8_t *)act_buf + (size_t)t * act_row);
+        } else {
+            for (int t = 0; t < n_tok; t++)
+                y[(size_t)t * rows + r] = dot((int)cols, wr, x + (size_t)t * cols);
+        }
+    }
+}

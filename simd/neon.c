@@ -1,0 +1,82 @@
+/* neon.c — NEON kernels for aarch64 (Apple Silicon, Graviton, Raspberry Pi).
+ * Scalar twins: scalar.c and quant.c. */
+#include "kernels.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+#include "../core/util.h"
+
+static float dot_f32(int n, const float *a, const float *b) {
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0), s2 = vdupq_n_f32(0), s3 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    float s = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
+
+static float dot_f16_w(int n, const void *wv, const void *xv) {
+    const uint16_t *w = wv;
+    const float *x = xv;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(w + i));
+        s0 = vfmaq_f32(s0, vcvt_f32_f16(vget_low_f16(h)), vld1q_f32(x + i));
+        s1 = vfmaq_f32(s1, vcvt_f32_f16(vget_high_f16(h)), vld1q_f32(x + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += plumb_fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16_w(int n, const void *wv, const void *xv) {
+    const uint16_t *w = wv;
+    const float *x = xv;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vld1q_u16(w + i);
+        float32x4_t w0 = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        float32x4_t w1 = vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h), 16));
+        s0 = vfmaq_f32(s0, w0, vld1q_f32(x + i));
+        s1 = vfmaq_f32(s1, w1, vld1q_f32(x + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += plumb_bf16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+#include "neon_quant.inc"
+
+static const plumb_kernels neon = {
+    .name = "neon",
+    .dot_f32 = dot_f32,
+    .dot = {
+        [PLUMB_TYPE_F32] = dot_f32_w,
+        [PLUMB_TYPE_F16] = dot_f16_w,
+        [PLUMB_TYPE_BF16] = dot_bf16_w,
+        [PLUMB_TYPE_Q8_0] = NEON_DOT_Q8_0,
+        [PLUMB_TYPE_Q4_0] = NEON_DOT_Q4_0,
+        [PLUMB_TYPE_Q4_1] = NEON_DOT_Q4_1,
+        [PLUMB_TYPE_Q4_K] = NEON_DOT_Q4_K,
+        [PLUMB_TYPE_Q5_K] = NEON_DOT_Q5_K,
+        [PLUMB_TYPE_Q6_K] = NEON_DOT_Q6_K,
+    },
+    .quantize_q8a = NEON_QUANTIZE_Q8A,
+    .quantize_q8K = NEON_QUANTIZE_Q8K,
+};
+
+const plumb_kernels *plumb_kernels_neon(void) { return &neon; }
+#else
+const plumb_kernels *plumb_kernels_neon(void) { return NULL; }
+#endif

@@ -1,0 +1,48 @@
+/* scalar.c — portable reference kernels. These define the right answer; the
+ * SIMD tables must agree with them (tests/test_kernels.c). */
+#include "../core/util.h"
+#include "kernels.h"
+
+static float dot_f32(int n, const float *a, const float *b) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
+
+static float dot_f16_w(int n, const void *wv, const void *xv) {
+    const uint16_t *w = wv;
+    const float *x = xv;
+    float s = 0;
+    for (int i = 0; i < n; i++) s += plumb_fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16_w(int n, const void *wv, const void *xv) {
+    const uint16_t *w = wv;
+    const float *x = xv;
+    float s = 0;
+    for (int i = 0; i < n; i++) s += plumb_bf16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+static const plumb_kernels scalar = {
+    .name = "scalar",
+    .dot_f32 = dot_f32,
+    .dot = {
+        [PLUMB_TYPE_F32] = dot_f32_w,
+        [PLUMB_TYPE_F16] = dot_f16_w,
+        [PLUMB_TYPE_BF16] = dot_bf16_w,
+        [PLUMB_TYPE_Q8_0] = plumb_dot_q8_0_q8a_ref,
+        [PLUMB_TYPE_Q4_0] = plumb_dot_q4_0_q8a_ref,
+        [PLUMB_TYPE_Q4_1] = plumb_dot_q4_1_q8a_ref,
+        [PLUMB_TYPE_Q4_K] = plumb_dot_q4_K_q8K_ref,
+        [PLUMB_TYPE_Q5_K] = plumb_dot_q5_K_q8K_ref,
+        [PLUMB_TYPE_Q6_K] = plumb_dot_q6_K_q8K_ref,
+    },
+    .quantize_q8a = plumb_quantize_q8a,
+    .quantize_q8K = plumb_quantize_q8_K,
+};
+
+const plumb_kernels *plumb_kernels_scalar(void) { return &scalar; }
