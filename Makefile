@@ -4,16 +4,20 @@
 #   make check-asan   the same suite under AddressSanitizer + UBSan
 #   make fuzz         libFuzzer target for the GGUF reader (clang), short run
 #   make neon-test    cross-build for aarch64 and run the kernel tests under qemu
-#   make cuda         the CUDA plugin (when nvcc is found)
+#   make check        all of the above: what CI runs
+#   make demo         build, write a small synthetic model (once) and generate from it
 
 CC       ?= gcc
 BUILD    ?= build
 GIT      := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 OPT      ?= -O2
-CFLAGS   ?= $(OPT) -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
+CFLAGS   ?= -g
+CFLAGS   += $(OPT)
+SAN_FLAGS ?=
+# project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
+ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
+ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
 LDLIBS   += -lm -ldl -lpthread
-LDFLAGS  += -fopenmp
 
 LIB_SRC  := $(wildcard core/*.c quant/*.c simd/*.c models/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
@@ -24,21 +28,21 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check-asan fuzz neon-test clean
+.PHONY: all test check check-asan fuzz neon-test demo clean
 all: $(BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libplumb.a: $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
 $(BIN): $(CLI_OBJ) $(BUILD)/libplumb.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/plumb-tests: $(TEST_OBJ) $(BUILD)/libplumb.a
-	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 
 # The tests run the plumb binary too (CLI behaviour), so build both.
 test: $(BIN) $(BUILD)/plumb-tests
@@ -46,12 +50,16 @@ test: $(BIN) $(BUILD)/plumb-tests
 
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 check-asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/plumb OPT=-O1 CFLAGS="-O1 -g $(SAN)" LDFLAGS="-fopenmp $(SAN)" test
+	$(MAKE) BUILD=build-asan BIN=build-asan/plumb OPT=-O1 SAN_FLAGS="$(SAN)" test
 
 FUZZ_SECONDS ?= 30
-fuzz: $(BUILD)/fuzz-gguf
-	mkdir -p $(BUILD)/fuzz-corpus
-	$(BUILD)/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus tests/fuzz/seeds
+# seeds: small valid files of several types, written by plumb itself
+fuzz: $(BUILD)/fuzz-gguf $(BIN)
+	mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds
+	for t in f32 q8_0 q4_k; do ./$(BIN) mkmodel --shape custom --dim 256 --layers 1 --heads 2 --ffn 256 --vocab-size 260 \
+	  --type $$t -o $(BUILD)/fuzz-seeds/seed-$$t.gguf 2>/dev/null || exit 1; done
+	$(BUILD)/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) -max_len=300000 -rss_limit_mb=2048 -print_final_stats=1 \
+	  $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds
 
 $(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c quant/quant.c
 	@mkdir -p $(dir $@)
@@ -64,7 +72,17 @@ neon-test:
 	qemu-aarch64 -L /usr/aarch64-linux-gnu build-aarch64/kernel-tests
 
 $(BUILD)/kernel-tests: tests/kernel_check.c $(BUILD)/libplumb.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+check: test check-asan neon-test fuzz
+
+DEMO_MODEL := models-cache/mini-60m-q8_0.gguf
+$(DEMO_MODEL): | $(BIN)
+	@mkdir -p models-cache
+	./$(BIN) mkmodel --shape mini-60m --type q8_0 -o $@
+
+demo: $(BIN) $(DEMO_MODEL)
+	./$(BIN) run -m $(DEMO_MODEL) -p "The quick brown fox" -n 64 --seed 1
 
 clean:
 	rm -rf build build-asan build-aarch64 plumb

@@ -15,7 +15,7 @@ const char *plumb_version(void) { return PLUMB_VERSION " (git " PLUMB_GIT_COMMIT
 
 int plumb_default_threads(void) { return omp_get_max_threads(); }
 
-plumb_model *plumb_model_load(const char *path) {
+static plumb_model *load(const char *path, int vocab_only) {
     plumb_model *m = calloc(1, sizeof *m);
     if (!m) {
         plumb_set_error("out of memory");
@@ -34,6 +34,16 @@ plumb_model *plumb_model_load(const char *path) {
         goto bad;
     }
     strcpy(m->hp.arch, arch);
+    if (vocab_only) {
+        if (vocab_load(&m->vocab, m->file)) goto bad;
+        if (m->vocab.n == 0) {
+            plumb_set_error("%s: no tokenizer.ggml.tokens", path);
+            goto bad;
+        }
+        m->hp.n_vocab = m->vocab.n;
+        m->vocab_only = 1;
+        return m;
+    }
     if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "mistral")) {
         plumb_set_error("%s: architecture '%s' is not supported (llama, mistral, qwen2 are)", path, arch);
         goto bad;
@@ -53,6 +63,9 @@ bad:
     plumb_model_free(m);
     return NULL;
 }
+
+plumb_model *plumb_model_load(const char *path) { return load(path, 0); }
+plumb_model *plumb_model_load_vocab(const char *path) { return load(path, 1); }
 
 void plumb_model_free(plumb_model *m) {
     if (!m) return;
@@ -126,6 +139,10 @@ static float *scratch(plumb_ctx *c, size_t n_floats, const char *what) {
 
 plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     const plumb_hparams *hp = &m->hp;
+    if (m->vocab_only) {
+        plumb_set_error("%s was loaded for its vocabulary only", m->path);
+        return NULL;
+    }
     plumb_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         plumb_set_error("out of memory");

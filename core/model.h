@@ -43,6 +43,7 @@ struct plumb_model {
     plumb_matrix output_norm;
     plumb_matrix output;     /* == tok_embd when tied */
     plumb_layer *layers;
+    int vocab_only;
 };
 
 struct plumb_ctx {

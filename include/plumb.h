@@ -42,6 +42,8 @@ typedef struct {
 } plumb_hparams;
 
 plumb_model *plumb_model_load(const char *path);
+/* Tokenizer only (any architecture, no tensors needed): tokenize/detokenize work, eval does not. */
+plumb_model *plumb_model_load_vocab(const char *path);
 void plumb_model_free(plumb_model *m);
 const plumb_hparams *plumb_model_hparams(const plumb_model *m);
 uint64_t plumb_model_n_params(const plumb_model *m);

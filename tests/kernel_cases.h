@@ -1,0 +1,110 @@
+/* kernel_cases.h — every kernel of a table against the scalar reference on
+ * random data of awkward sizes. Shared by the Criterion suite (x86-64) and
+ * tests/kernel_check.c (the NEON build, run under qemu-aarch64). */
+#ifndef PLUMB_KERNEL_CASES_H
+#define PLUMB_KERNEL_CASES_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/util.h"
+#include "../quant/quant.h"
+#include "../simd/kernels.h"
+
+typedef struct { int passed, failed; } kc_result;
+
+static void kc_fail(kc_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void kc_fail(kc_result *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  FAIL ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    r->failed++;
+}
+
+static void kc_random(float *x, int n, plumb_rng *rng, float scale) {
+    for (int i = 0; i < n; i++) x[i] = scale * (2.0f * plumb_rng_f32(rng) - 1.0f);
+    if (n > 5) x[n / 3] = 4 * scale; /* an outlier, as real activations have */
+}
+
+/* |a - b| within float accumulation error of the sum of |terms|. */
+static int kc_close(double a, double b, double abs_sum) { return fabs(a - b) <= 3e-5 * abs_sum + 1e-6; }
+
+static void kc_check_f32(const plumb_kernels *k, kc_result *r) {
+    const int sizes[] = {1, 7, 8, 15, 33, 100, 257, 1000, 4096};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 1);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int n = sizes[s];
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        kc_random(a, n, &rng, 1);
+        kc_random(b, n, &rng, 1);
+        double ref = 0, abs_sum = 0;
+        for (int i = 0; i < n; i++) { ref += (double)a[i] * b[i]; abs_sum += fabs((double)a[i] * b[i]); }
+        float got = k->dot_f32(n, a, b);
+        if (kc_close(got, ref, abs_sum)) r->passed++;
+        else kc_fail(r, "%s dot_f32 n=%d: %g vs %g", k->name, n, got, ref);
+        free(a);
+        free(b);
+    }
+}
+
+static void kc_check_type(const plumb_kernels *k, uint32_t type, kc_result *r) {
+    const plumb_type_traits *t = plumb_type_get(type);
+    const int big = t->block_size == 1 ? 1 : t->block_size;
+    const int mult[] = {1, 2, 3, 11, 17};
+    const int odd[] = {1, 5, 9, 31, 100}; /* for the float types: sizes not a multiple of the SIMD width */
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 1000 + type);
+    for (int s = 0; s < 5; s++) {
+        int n = t->block_size == 1 ? odd[s] * 33 + s : mult[s] * big * (t->block_size == QK_K ? 1 : 8);
+        float *w = malloc(sizeof(float) * (size_t)n), *x = malloc(sizeof(float) * (size_t)n), *wd = malloc(sizeof(float) * (size_t)n);
+        uint8_t *wq = malloc(plumb_type_row_bytes(type, (uint64_t)n));
+        kc_random(w, n, &rng, 0.1f);
+        kc_random(x, n, &rng, 2.0f);
+        t->from_float(w, wq, n);
+        t->to_float(wq, wd, n);
+        double abs_sum = 0;
+        for (int i = 0; i < n; i++) abs_sum += fabs((double)wd[i] * x[i]);
+        const plumb_kernels *ref = plumb_kernels_scalar();
+        float got, want;
+        if (t->act == PLUMB_ACT_F32) {
+            got = k->dot[type](n, wq, x);
+            want = ref->dot[type](n, wq, x);
+        } else {
+            /* the table's activation quantizer must produce the reference bytes */
+            size_t ab = plumb_matmul_act_bytes(type, n, 1);
+            uint8_t *a_ref = malloc(ab), *a_k = malloc(ab);
+            if (t->act == PLUMB_ACT_Q8) { ref->quantize_q8a(x, (block_q8a *)a_ref, n); k->quantize_q8a(x, (block_q8a *)a_k, n); }
+            else { ref->quantize_q8K(x, (block_q8_K *)a_ref, n); k->quantize_q8K(x, (block_q8_K *)a_k, n); }
+            if (memcmp(a_ref, a_k, ab) != 0) kc_fail(r, "%s quantize for %s n=%d differs from the reference", k->name, t->name, n);
+            else r->passed++;
+            got = k->dot[type](n, wq, a_ref);
+            want = ref->dot[type](n, wq, a_ref);
+            free(a_ref);
+            free(a_k);
+        }
+        if (kc_close(got, want, abs_sum)) r->passed++;
+        else kc_fail(r, "%s dot %s n=%d: %.7g vs reference %.7g", k->name, t->name, n, got, want);
+        free(w); free(x); free(wd); free(wq);
+    }
+}
+
+static kc_result kernel_check_table(const plumb_kernels *k) {
+    kc_result r = {0, 0};
+    kc_check_f32(k, &r);
+    const uint32_t types[] = {PLUMB_TYPE_F32, PLUMB_TYPE_F16, PLUMB_TYPE_BF16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0,
+                              PLUMB_TYPE_Q4_1, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q5_K, PLUMB_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!k->dot[types[i]]) { kc_fail(&r, "%s has no kernel for %s", k->name, plumb_type_name(types[i])); continue; }
+        kc_check_type(k, types[i], &r);
+    }
+    return r;
+}
+
+#endif

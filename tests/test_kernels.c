@@ -1,0 +1,62 @@
+/* Every compiled-in kernel table against the scalar reference. */
+#include "helpers.h"
+#include "kernel_cases.h"
+
+static void check(const plumb_kernels *k) {
+    kc_result r = kernel_check_table(k);
+    fprintf(stderr, "kernels %s: %d checks passed, %d failed\n", k->name, r.passed, r.failed);
+    cr_expect_eq(r.failed, 0, "%s: %d kernel checks failed (see stderr)", k->name, r.failed);
+    cr_expect_gt(r.passed, 50);
+}
+
+Test(kernels, scalar_is_self_consistent) { check(plumb_kernels_scalar()); }
+
+Test(kernels, avx2_matches_scalar) {
+    if (plumb_kernels_select("avx2") != 0) cr_skip_test("AVX2/FMA/F16C not available: %s", plumb_last_error());
+    check(plumb_kernels_avx2());
+}
+
+Test(kernels, neon_matches_scalar) {
+    if (!plumb_kernels_neon()) cr_skip_test("not an aarch64 build (make neon-test runs these under qemu)");
+    check(plumb_kernels_neon());
+}
+
+Test(kernels, select_rejects_unknown) {
+    cr_expect_neq(plumb_kernels_select("sse9"), 0);
+    cr_expect(strstr(plumb_last_error(), "unknown kernel set") != NULL);
+}
+
+/* The matmul driver: exact and int8 paths, batch of tokens, against a plain loop. */
+Test(kernels, matmul_driver) {
+    const int rows = 37, cols = 512, n_tok = 3;
+    const uint32_t types[] = {PLUMB_TYPE_F16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_K};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 5);
+    for (int ti = 0; ti < 3; ti++) {
+        const plumb_type_traits *t = plumb_type_get(types[ti]);
+        size_t rb = plumb_type_row_bytes(types[ti], cols);
+        uint8_t *w = malloc(rb * rows);
+        float *wf = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * n_tok * cols);
+        float *y = malloc(sizeof(float) * n_tok * rows), *ye = malloc(sizeof(float) * n_tok * rows);
+        kc_random(wf, rows * cols, &rng, 0.1f);
+        kc_random(x, n_tok * cols, &rng, 1.0f);
+        for (int r = 0; r < rows; r++) t->from_float(wf + r * cols, w + r * rb, cols);
+        for (int r = 0; r < rows; r++) t->to_float(w + r * rb, wf + r * cols, cols);
+        plumb_matrix m = {types[ti], rows, cols, rb, w, "w"};
+        void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, n_tok) + 1);
+        plumb_matmul(&m, x, n_tok, y, act, 0);
+        plumb_matmul(&m, x, n_tok, ye, act, 1);
+        for (int tk = 0; tk < n_tok; tk++)
+            for (int r = 0; r < rows; r++) {
+                double ref = 0, abs_sum = 0;
+                for (int c = 0; c < cols; c++) {
+                    ref += (double)wf[r * cols + c] * x[tk * cols + c];
+                    abs_sum += fabs((double)wf[r * cols + c] * x[tk * cols + c]);
+                }
+                cr_expect(kc_close(ye[tk * rows + r], ref, abs_sum), "%s exact [%d][%d]: %g vs %g", t->name, tk, r, ye[tk * rows + r], ref);
+                /* int8 activations: error of 8-bit rounding, ~1% of the magnitude */
+                cr_expect(fabs(y[tk * rows + r] - ref) <= 0.02 * abs_sum + 1e-4, "%s int8 [%d][%d]: %g vs %g", t->name, tk, r, y[tk * rows + r], ref);
+            }
+        free(w); free(wf); free(x); free(y); free(ye); free(act);
+    }
+}

@@ -1,0 +1,213 @@
+/* End-to-end model tests on real trained weights: the reference greedy
+ * outputs in ../shared, the llama2.c converter, batch vs token-by-token
+ * agreement, and the int8-activation path against the exact f32 path. */
+#include <math.h>
+
+#include "../include/plumb.h"
+#include "../models/convert.h"
+#include "../quant/quant.h"
+#include "helpers.h"
+
+/* Greedy generation: returns the number of tokens generated into ids and
+ * appends their text (after the prompt text) to text. */
+static int greedy(plumb_model *m, int exact, const int *prompt, int n_prompt, int n_gen, int *ids, char *text, size_t cap) {
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.exact = exact;
+    plumb_ctx *c = plumb_ctx_new(m, &cp);
+    cr_assert_not_null(c, "%s", plumb_last_error());
+    cr_assert_eq(plumb_eval(c, prompt, n_prompt, 0), 0, "%s", plumb_last_error());
+    size_t len = strlen(text);
+    for (int i = 0; i < n_gen; i++) {
+        const float *l = plumb_get_logits(c);
+        int best = 0;
+        for (int v = 1; v < plumb_n_vocab(m); v++)
+            if (l[v] > l[best]) best = v;
+        ids[i] = best;
+        char piece[64];
+        int k = plumb_token_to_piece(m, best, piece, sizeof piece);
+        if (k > 0 && len + (size_t)k < cap) { memcpy(text + len, piece, (size_t)k); len += (size_t)k; text[len] = 0; }
+        cr_assert_eq(plumb_eval(c, &best, 1, n_prompt + i), 0, "%s", plumb_last_error());
+    }
+    plumb_ctx_free(c);
+    return n_gen;
+}
+
+static const int stories_ids[40] = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396,
+                                    267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
+                                    328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426};
+
+static void check_stories260k(const char *path) {
+    plumb_model *m = plumb_model_load(path);
+    cr_assert_not_null(m, "%s", plumb_last_error());
+    int prompt[5] = {1, 403, 407, 261, 378}, ids[256];
+    char text[4096] = "Once upon a time";
+    greedy(m, 0, prompt, 5, 256, ids, text, sizeof text);
+    for (int i = 0; i < 40; i++) cr_expect_eq(ids[i], stories_ids[i], "step %d: %d, expected %d", i, ids[i], stories_ids[i]);
+    char *ref = slurp(shared_file("reference/stories260K.greedy.once-upon-a-time.txt"), NULL);
+    cr_assert_not_null(ref);
+    size_t rl = strlen(ref);
+    while (rl && (ref[rl - 1] == '\n')) ref[--rl] = 0;
+    cr_expect_eq(strncmp(text, ref, rl), 0, "256-step text differs:\n got: %s\nwant: %s", text, ref);
+    free(ref);
+    plumb_model_free(m);
+}
+
+Test(model, stories260k_reference_greedy) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    check_stories260k(p);
+}
+
+Test(model, llama2c_converter_reproduces_reference) {
+    const char *bin = shared_file("models/stories260K.bin"), *tok = shared_file("models/tok512.bin");
+    REQUIRE_SHARED(bin);
+    const char *out = tmp_path("s260-converted.gguf");
+    cr_assert_eq(plumb_convert_llama2c(bin, tok, out), 0, "%s", plumb_last_error());
+    check_stories260k(out);
+    /* the converted vocabulary is the one llama.cpp's converter wrote */
+    plumb_model *a = plumb_model_load(out), *b = plumb_model_load(shared_file("models/stories260K.gguf"));
+    cr_assert(a && b);
+    cr_assert_eq(plumb_n_vocab(a), plumb_n_vocab(b));
+    for (int i = 0; i < plumb_n_vocab(a); i++)
+        cr_expect_str_eq(plumb_token_text(a, i), plumb_token_text(b, i), "token %d", i);
+    plumb_model_free(a);
+    plumb_model_free(b);
+    remove(out);
+}
+
+Test(model, llama2c_converter_rejects_bad_input) {
+    const char *tok = shared_file("models/tok512.bin");
+    REQUIRE_SHARED(tok);
+    /* the tokenizer file is not a checkpoint: its header is implausible or its size wrong */
+    cr_expect_neq(plumb_convert_llama2c(tok, tok, tmp_path("bad.gguf")), 0);
+    cr_expect_neq(plumb_convert_llama2c("/nonexistent.bin", tok, tmp_path("bad.gguf")), 0);
+    cr_expect(strstr(plumb_last_error(), "cannot open") != NULL);
+}
+
+Test(model, tinystories656k_q8_0_exact_reference) {
+    const char *p = shared_file("models/TinyStories-656K-Q8_0.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    cr_assert_not_null(m, "%s", plumb_last_error());
+    int ids[64];
+    char text[2048] = "";
+    greedy(m, 1, (int[]){1, 80, 147, 201, 282, 57}, 6, 40, ids, text, sizeof text);
+    const char *want1 = ", a little girl named Lily lived in a small house. She loved to eat yummy food. One day, she saw a "
+                        "small bird on the ground. The bird was sad because it could not eat it.";
+    cr_expect_eq(strncmp(text, want1, strlen(want1)), 0, "got: %s", text);
+    text[0] = 0;
+    greedy(m, 1, (int[]){1, 80, 1288, 67}, 4, 24, ids, text, sizeof text);
+    const char *want2 = " and a girl were walking in the park. One day she saw a small bird flying in the sk";
+    cr_expect_eq(strncmp(text, want2, strlen(want2)), 0, "got: %s", text);
+    plumb_model_free(m);
+}
+
+/* Teacher-forced comparison of the int8-activation path with the exact path
+ * over a 256-token text (the exact path's own greedy continuation). */
+Test(model, int8_path_agrees_with_exact) {
+    const char *p = shared_file("models/TinyStories-656K-Q8_0.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    cr_assert_not_null(m);
+    enum { N = 256 };
+    int toks[N + 6] = {1, 80, 147, 201, 282, 57};
+    char text[8192] = "";
+    greedy(m, 1, toks, 6, N, toks + 6, text, sizeof text);
+    plumb_ctx_params ep = plumb_ctx_default_params(), fp = ep;
+    ep.exact = 1;
+    plumb_ctx *ce = plumb_ctx_new(m, &ep), *cf = plumb_ctx_new(m, &fp);
+    cr_assert(ce && cf);
+    cr_assert_eq(plumb_eval_all_logits(ce, toks, N, 0), 0);
+    cr_assert_eq(plumb_eval_all_logits(cf, toks, N, 0), 0);
+    int nv = plumb_n_vocab(m), agree = 0;
+    double kl_sum = 0, kl_max = 0;
+    for (int i = 0; i < N; i++) {
+        const float *a = plumb_get_logits_ith(ce, i), *b = plumb_get_logits_ith(cf, i);
+        int ba = 0, bb = 0;
+        double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+        for (int v = 1; v < nv; v++) {
+            if (a[v] > a[ba]) ba = v;
+            if (b[v] > b[bb]) bb = v;
+            ma = fmax(ma, a[v]);
+            mb = fmax(mb, b[v]);
+        }
+        for (int v = 0; v < nv; v++) { za += exp(a[v] - ma); zb += exp(b[v] - mb); }
+        for (int v = 0; v < nv; v++) {
+            double pa = exp(a[v] - ma) / za, lpa = a[v] - ma - log(za), lpb = b[v] - mb - log(zb);
+            kl += pa * (lpa - lpb);
+        }
+        agree += ba == bb;
+        kl_sum += kl;
+        kl_max = fmax(kl_max, kl);
+    }
+    fprintf(stderr, "int8 vs exact over %d positions: top-1 agreement %.1f%%, KL mean %.6f max %.6f\n", N,
+            100.0 * agree / N, kl_sum / N, kl_max);
+    cr_expect_geq(agree, (int)ceil(0.95 * N), "top-1 agreement %d/%d below 95%%", agree, N);
+    cr_expect_lt(kl_sum / N, 0.01, "mean KL %.5f", kl_sum / N);
+    plumb_ctx_free(ce);
+    plumb_ctx_free(cf);
+    plumb_model_free(m);
+}
+
+/* A prefill batch must give the same logits as feeding tokens one by one. */
+Test(model, batch_equals_sequential) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    plumb_ctx *a = plumb_ctx_new(m, NULL), *b = plumb_ctx_new(m, NULL);
+    cr_assert(m && a && b);
+    int toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (i * 37 + 11) % 512;
+    cr_assert_eq(plumb_eval_all_logits(a, toks, 100, 0), 0); /* spans two forward chunks */
+    for (int i = 0; i < 100; i++) {
+        cr_assert_eq(plumb_eval(b, &toks[i], 1, i), 0);
+        const float *la = plumb_get_logits_ith(a, i), *lb = plumb_get_logits(b);
+        float maxd = 0;
+        for (int v = 0; v < 512; v++) maxd = fmaxf(maxd, fabsf(la[v] - lb[v]));
+        cr_expect_lt(maxd, 1e-3f, "position %d differs by %g", i, maxd);
+    }
+    plumb_ctx_free(a);
+    plumb_ctx_free(b);
+    plumb_model_free(m);
+}
+
+Test(model, eval_errors) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = 8;
+    plumb_ctx *c = plumb_ctx_new(m, &cp);
+    cr_assert(m && c);
+    int t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    cr_expect_neq(plumb_eval(c, t, 9, 0), 0);
+    cr_expect(strstr(plumb_last_error(), "context full") != NULL, "%s", plumb_last_error());
+    int bad = 512;
+    cr_expect_neq(plumb_eval(c, &bad, 1, 0), 0);
+    cr_expect(strstr(plumb_last_error(), "outside the vocabulary") != NULL);
+    plumb_ctx_free(c);
+    plumb_model_free(m);
+}
+
+/* Synthetic models: every generated type loads and runs to finite logits. */
+Test(model, synthetic_models_run) {
+    const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 512,
+                                           .n_vocab = 600, .n_ctx = 128, .rope_freq_base = 10000.f, .arch = "llama"},
+                                 .type = (uint32_t)plumb_type_from_name(types[i]), .seed = 5};
+        const char *out = tmp_path("synth.gguf");
+        cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s: %s", types[i], plumb_last_error());
+        plumb_model *m = plumb_model_load(out);
+        cr_assert_not_null(m, "%s: %s", types[i], plumb_last_error());
+        cr_expect_str_eq(plumb_model_weight_type(m), plumb_type_name(sp.type));
+        plumb_ctx *c = plumb_ctx_new(m, NULL);
+        int toks[4] = {1, 300, 301, 302};
+        cr_assert_eq(plumb_eval(c, toks, 4, 0), 0);
+        const float *l = plumb_get_logits(c);
+        for (int v = 0; v < 600; v++) cr_assert(isfinite(l[v]), "%s: logit %d not finite", types[i], v);
+        plumb_ctx_free(c);
+        plumb_model_free(m);
+        remove(out);
+    }
+}
