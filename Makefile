@@ -58,8 +58,10 @@ fuzz: $(BUILD)/fuzz-gguf $(BIN)
 	mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds
 	for t in f32 q8_0 q4_k; do ./$(BIN) mkmodel --shape custom --dim 256 --layers 1 --heads 2 --ffn 256 --vocab-size 260 \
 	  --type $$t -o $(BUILD)/fuzz-seeds/seed-$$t.gguf 2>/dev/null || exit 1; done
-	$(BUILD)/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) -max_len=300000 -rss_limit_mb=2048 -print_final_stats=1 \
-	  $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds
+	@echo "fuzzing the GGUF reader for $(FUZZ_SECONDS) s (log: $(BUILD)/fuzz.log)"
+	@$(BUILD)/fuzz-gguf -max_total_time=$(FUZZ_SECONDS) -max_len=300000 -rss_limit_mb=2048 -print_final_stats=1 \
+	  $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds >$(BUILD)/fuzz.log 2>&1 || { tail -60 $(BUILD)/fuzz.log; exit 1; }
+	@grep -E "^Done|number_of_executed_units|new_units_added" $(BUILD)/fuzz.log
 
 $(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c quant/quant.c
 	@mkdir -p $(dir $@)
