@@ -28,7 +28,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check check-asan fuzz neon-test demo clean
+.PHONY: all test check check-asan fuzz neon-test demo bench-kernels clean
 all: $(BIN)
 
 $(BUILD)/%.o: %.c
@@ -85,6 +85,11 @@ $(DEMO_MODEL): | $(BIN)
 
 demo: $(BIN) $(DEMO_MODEL)
 	./$(BIN) run -m $(DEMO_MODEL) -p "The quick brown fox" -n 64 --seed 1
+
+BENCH_LIB := $(BUILD)/bench/stats.o
+$(BUILD)/bench-kernels: $(BUILD)/bench/bench_kernels.o $(BENCH_LIB) $(BUILD)/libplumb.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-kernels: $(BUILD)/bench-kernels
 
 clean:
 	rm -rf build build-asan build-aarch64 plumb

@@ -89,7 +89,28 @@ static const plumb_kernels avx2 = {
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
 };
 
+/* The same table with AVX-VNNI multiply-adds for the 32-wide block types. */
+static const plumb_kernels avx2_vnni = {
+    .name = "avx2-vnni",
+    .dot_f32 = dot_f32,
+    .dot = {
+        [PLUMB_TYPE_F32] = dot_f32_w,
+        [PLUMB_TYPE_F16] = dot_f16_w,
+        [PLUMB_TYPE_BF16] = dot_bf16_w,
+        [PLUMB_TYPE_Q8_0] = VNNI_DOT_Q8_0,
+        [PLUMB_TYPE_Q4_0] = VNNI_DOT_Q4_0,
+        [PLUMB_TYPE_Q4_1] = VNNI_DOT_Q4_1,
+        [PLUMB_TYPE_Q4_K] = AVX2_DOT_Q4_K,
+        [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
+        [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
+    },
+    .quantize_q8a = AVX2_QUANTIZE_Q8A,
+    .quantize_q8K = AVX2_QUANTIZE_Q8K,
+};
+
 const plumb_kernels *plumb_kernels_avx2(void) { return &avx2; }
+const plumb_kernels *plumb_kernels_avx2_vnni(void) { return &avx2_vnni; }
 #else
 const plumb_kernels *plumb_kernels_avx2(void) { return NULL; }
+const plumb_kernels *plumb_kernels_avx2_vnni(void) { return NULL; }
 #endif

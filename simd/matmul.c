@@ -25,6 +25,17 @@ static int cpu_has_avx2_fma_f16c(void) {
 #endif
 }
 
+/* AVX-VNNI: CPUID leaf 7 sub-leaf 1, EAX bit 4 (gcc 12's cpu model lacks it). */
+static int cpu_has_avxvnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!cpu_has_avx2_fma_f16c() || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 4) & 1;
+#else
+    return 0;
+#endif
+}
+
 const char *plumb_cpu_features(void) {
     static char buf[128];
     if (buf[0]) return buf;
@@ -34,6 +45,7 @@ const char *plumb_cpu_features(void) {
              __builtin_cpu_supports("fma") ? " fma" : "", __builtin_cpu_supports("f16c") ? " f16c" : "",
              __builtin_cpu_supports("avx512f") ? " avx512f" : "",
              __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
+    if (cpu_has_avxvnni()) strncat(buf, " avxvnni", sizeof buf - strlen(buf) - 1);
 #elif defined(__aarch64__)
     unsigned long hw = 0;
 #if defined(__linux__)
@@ -50,8 +62,9 @@ int plumb_kernels_select(const char *name) {
     const plumb_kernels *k = NULL;
     if (!strcmp(name, "scalar")) k = plumb_kernels_scalar();
     else if (!strcmp(name, "avx2")) k = cpu_has_avx2_fma_f16c() ? plumb_kernels_avx2() : NULL;
+    else if (!strcmp(name, "avx2-vnni")) k = cpu_has_avxvnni() ? plumb_kernels_avx2_vnni() : NULL;
     else if (!strcmp(name, "neon")) k = plumb_kernels_neon();
-    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, neon)", name);
+    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, neon)", name);
     if (!k) return plumb_set_error("kernel set '%s' is not available on this CPU/build", name);
     active = k;
     return 0;
@@ -62,7 +75,8 @@ const plumb_kernels *plumb_kernels_active(void) {
     const char *env = getenv("PLUMB_SIMD");
     if (env && *env && plumb_kernels_select(env) == 0) return active;
     const plumb_kernels *k = NULL;
-    if (cpu_has_avx2_fma_f16c()) k = plumb_kernels_avx2();
+    if (cpu_has_avxvnni()) k = plumb_kernels_avx2_vnni();
+    if (!k && cpu_has_avx2_fma_f16c()) k = plumb_kernels_avx2();
     if (!k) k = plumb_kernels_neon();
     if (!k) k = plumb_kernels_scalar();
     active = k;

@@ -1,0 +1,13 @@
+/* stats.h — medians and spreads of repeated measurements, and the machine's
+ * read bandwidth (the decode speed limit's denominator). */
+#ifndef PLUMB_BENCH_STATS_H
+#define PLUMB_BENCH_STATS_H
+
+typedef struct { double median, min, max, mean; int n; } plumb_stats;
+
+plumb_stats plumb_stats_of(const double *v, int n);
+/* Bytes/s reading a buffer much larger than the caches with n_threads
+ * threads (best of several passes). */
+double plumb_measure_read_bandwidth(int n_threads);
+
+#endif
