@@ -74,10 +74,15 @@ void plumb_model_free(plumb_model *m) {
         for (int l = 0; l < m->hp.n_layer; l++) {
             plumb_dealloc((void *)m->layers[l].attn_norm.data);
             plumb_dealloc((void *)m->layers[l].ffn_norm.data);
+            const plumb_layer *L = &m->layers[l];
+            const plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
+            for (int i = 0; i < 7; i++) plumb_dealloc((void *)ws[i]->packed);
+            for (int i = 7; i < 10; i++) plumb_dealloc((void *)ws[i]->data);
         }
     }
     free(m->layers);
     plumb_dealloc((void *)m->output_norm.data);
+    plumb_dealloc((void *)m->output.packed);
     gguf_close(m->file);
     free(m->path);
     free(m);

@@ -70,6 +70,32 @@ static int by_logit_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
 }
 
+/* "a ranks below b": lower logit, or equal logit and larger id */
+static int ranks_below(const float *l, int a, int b) { return l[a] < l[b] || (l[a] == l[b] && a > b); }
+
+/* idx[0..k) = ids of the k largest logits (unordered), via a min-heap. */
+static void select_top_k(const float *l, int n, int k, int *idx) {
+    for (int i = 0; i < n; i++) {
+        int pos;
+        if (i < k) { pos = i; idx[pos] = i; /* sift up */
+            while (pos > 0 && ranks_below(l, idx[pos], idx[(pos - 1) / 2])) {
+                int p = (pos - 1) / 2, t = idx[p]; idx[p] = idx[pos]; idx[pos] = t; pos = p;
+            }
+            continue;
+        }
+        if (!ranks_below(l, idx[0], i)) continue; /* not better than the weakest kept */
+        idx[0] = i;
+        pos = 0;
+        for (;;) { /* sift down */
+            int c = 2 * pos + 1, m = pos;
+            if (c < k && ranks_below(l, idx[c], idx[m])) m = c;
+            if (c + 1 < k && ranks_below(l, idx[c + 1], idx[m])) m = c + 1;
+            if (m == pos) break;
+            int t = idx[m]; idx[m] = idx[pos]; idx[pos] = t; pos = m;
+        }
+    }
+}
+
 plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
     const int nv = s->n_vocab;
     float *l = s->logits;
@@ -90,12 +116,17 @@ plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
     if (s->p.temp <= 0) {
         out = argmax(l, nv);
     } else {
-        /* candidates sorted by logit (top_k bounds how many we need sorted) */
+        /* candidates sorted by logit; with top-k only the best k are needed,
+         * found by a partial selection (a size-k min-heap), not a full sort */
         int n = nv;
-        for (int i = 0; i < nv; i++) s->idx[i] = i;
         sort_keys = l;
-        qsort(s->idx, (size_t)nv, sizeof(int), by_logit_desc);
-        if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
+        if (s->p.top_k > 0 && s->p.top_k < nv) {
+            n = s->p.top_k;
+            select_top_k(l, nv, n, s->idx);
+        } else {
+            for (int i = 0; i < nv; i++) s->idx[i] = i;
+        }
+        qsort(s->idx, (size_t)n, sizeof(int), by_logit_desc);
         /* softmax with temperature over the candidates */
         const float max = l[s->idx[0]];
         double sum = 0;

@@ -68,7 +68,7 @@ static int bind(plumb_model *m, plumb_matrix *w, const char *name, int64_t cols,
                                (long long)cols, (long long)rows);
     const plumb_type_traits *tr = plumb_type_get(t->type);
     if (!tr->runnable) return plumb_set_error("tensor '%s' has type %s, which plumb does not run", name, tr->name);
-    *w = (plumb_matrix){t->type, rows, cols, (size_t)plumb_type_row_bytes(t->type, (uint64_t)cols), t->data, t->name};
+    *w = (plumb_matrix){t->type, rows, cols, (size_t)plumb_type_row_bytes(t->type, (uint64_t)cols), t->data, t->name, NULL};
     return 0;
 }
 
@@ -79,8 +79,22 @@ static int bind_vector(plumb_model *m, plumb_matrix *w, const char *name, int64_
     float *f = plumb_alloc((size_t)n * sizeof(float), name);
     if (!f) return -1;
     plumb_matrix_row_f32(w, 0, f);
-    *w = (plumb_matrix){PLUMB_TYPE_F32, 1, n, (size_t)n * 4, f, w->name};
+    *w = (plumb_matrix){PLUMB_TYPE_F32, 1, n, (size_t)n * 4, f, w->name, NULL};
     return 0;
+}
+
+/* Interleaved copies of the matrices the fast kernels read 8 rows at a time
+ * (PLUMB_REPACK=0 turns this off, for comparisons). */
+static int repack_matrices(plumb_model *m) {
+    const char *env = getenv("PLUMB_REPACK");
+    if (env && !strcmp(env, "0")) return 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        plumb_layer *L = &m->layers[l];
+        plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (plumb_matrix_repack(ws[i])) return -1;
+    }
+    return plumb_matrix_repack(&m->output);
 }
 
 int llama_bind_tensors(plumb_model *m) {
@@ -114,7 +128,7 @@ int llama_bind_tensors(plumb_model *m) {
 #undef NAME
         if (L->bq.data) hp->has_qkv_bias = 1;
     }
-    return 0;
+    return repack_matrices(m);
 }
 
 /* ---- forward pass ---- */

@@ -109,6 +109,13 @@ float plumb_dot_q4_K_q8K_ref(int n, const void *w, const void *a);
 float plumb_dot_q5_K_q8K_ref(int n, const void *w, const void *a);
 float plumb_dot_q6_K_q8K_ref(int n, const void *w, const void *a);
 
+/* 8-row interleaved layouts for the fast matrix-vector kernels (repack.c).
+ * src holds 8 consecutive rows; dst receives 8 * row_bytes bytes. */
+int plumb_repack8_supported(uint32_t type);
+void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst);
+/* out[0..8) = dot of each of the group's rows with the activations (reference). */
+void plumb_dot8_ref(uint32_t type, int n, const void *w8, const void *act, float *out);
+
 /* 6-bit scale/min unpacking shared by Q4_K and Q5_K. */
 static inline void plumb_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     if (j < 4) {

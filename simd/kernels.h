@@ -18,9 +18,12 @@ typedef struct {
     size_t row_bytes;
     const void *data;
     const char *name;
+    const void *packed; /* 8-row repacked copy (rows % 8 == 0), or NULL */
 } plumb_matrix;
 
 typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
+/* eight rows of a repacked group (quant/repack.c) at once: out[0..8) */
+typedef void (*plumb_dot8_fn)(int n, const void *w_group, const void *act, float *out);
 
 typedef struct {
     const char *name;
@@ -29,6 +32,8 @@ typedef struct {
     /* weight row (by plumb_type) x activations in the type's activation form;
      * NULL entries are types this table does not run */
     plumb_dot_fn dot[PLUMB_TYPE_COUNT];
+    /* kernels over 8-row repacked groups; NULL where the table has none */
+    plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
 } plumb_kernels;
@@ -53,6 +58,11 @@ size_t plumb_matmul_act_bytes(uint32_t weight_type, int64_t cols, int n_tok);
  * otherwise activations are quantized once (act_buf) and integer kernels run.
  * Runs on the calling OpenMP team if inside a parallel region, else opens one. */
 void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, void *act_buf, int exact);
+
+/* Gives W an 8-row repacked copy when the active kernels have a kernel for
+ * it (allocated, accounted; free with plumb_dealloc(W->packed)). Returns 0
+ * also when nothing was done. */
+int plumb_matrix_repack(plumb_matrix *W);
 
 /* Row r of W as floats (for embedding lookup). */
 void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out);

@@ -97,6 +97,15 @@ void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out) {
     plumb_type_get(W->type)->to_float((const uint8_t *)W->data + (size_t)r * W->row_bytes, out, W->cols);
 }
 
+/* Fetches row r+1 while row r is computed (single-token products only:
+ * with a batch the row is reused from cache). One stream per core does not
+ * reach full memory bandwidth on the hardware prefetcher alone. */
+static inline void prefetch_next_row(const plumb_matrix *W, int64_t r, int n_tok) {
+    if (n_tok != 1 || r + 1 >= W->rows) return;
+    const uint8_t *next = (const uint8_t *)W->data + (size_t)(r + 1) * W->row_bytes;
+    for (size_t off = 0; off < W->row_bytes; off += 64) __builtin_prefetch(next + off, 0, 3);
+}
+
 /* Rows are split into contiguous ranges, one per thread; for each row the
  * weights are read once and applied to every token of the batch, so a
  * prefill batch costs one pass over the weights. */
@@ -116,6 +125,21 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             if (tt->act == PLUMB_ACT_Q8) k->quantize_q8a(x + (size_t)t * cols, dst, cols);
             else k->quantize_q8K(x + (size_t)t * cols, dst, cols);
         }
+    }
+    if (quantized_act && W->packed && k->dot8[W->type] && k != plumb_kernels_scalar()) {
+        /* eight rows at a time over the repacked copy */
+        const plumb_dot8_fn dot8 = k->dot8[W->type];
+        const size_t group_bytes = 8 * W->row_bytes;
+#pragma omp parallel for schedule(static)
+        for (int64_t g = 0; g < rows / 8; g++) {
+            const uint8_t *wg = (const uint8_t *)W->packed + (size_t)g * group_bytes;
+            for (int t = 0; t < n_tok; t++) {
+                float out[8];
+                dot8((int)cols, wg, (uint8_t *)act_buf + (size_t)t * act_row, out);
+                memcpy(y + (size_t)t * rows + 8 * g, out, sizeof out);
+            }
+        }
+        return;
     }
     const int dequant_rows = exact && tt->act != PLUMB_ACT_F32;
     const int bs = tt->block_size;
@@ -137,11 +161,27 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
                 y[(size_t)t * rows + r] = s;
             }
         } else if (quantized_act) {
+            prefetch_next_row(W, r, n_tok);
             for (int t = 0; t < n_tok; t++)
                 y[(size_t)t * rows + r] = dot((int)cols, wr, (uint8_t *)act_buf + (size_t)t * act_row);
         } else {
+            prefetch_next_row(W, r, n_tok);
             for (int t = 0; t < n_tok; t++)
                 y[(size_t)t * rows + r] = dot((int)cols, wr, x + (size_t)t * cols);
         }
     }
+}
+
+int plumb_matrix_repack(plumb_matrix *W) {
+    const plumb_kernels *k = plumb_kernels_active();
+    if (W->packed || !plumb_repack8_supported(W->type) || !k->dot8[W->type] || k == plumb_kernels_scalar() || W->rows % 8)
+        return 0;
+    uint8_t *p = plumb_alloc((size_t)W->rows * W->row_bytes, "repacked weights");
+    if (!p) return -1;
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < W->rows / 8; g++)
+        plumb_repack8(W->type, (const uint8_t *)W->data + (size_t)g * 8 * W->row_bytes, W->row_bytes, W->cols,
+                      p + (size_t)g * 8 * W->row_bytes);
+    W->packed = p;
+    return 0;
 }

@@ -27,6 +27,9 @@ static float dot_bf16_w(int n, const void *wv, const void *xv) {
     return s;
 }
 
+static void dot8_q8_0(int n, const void *w, const void *a, float *out) { plumb_dot8_ref(PLUMB_TYPE_Q8_0, n, w, a, out); }
+static void dot8_q4_0(int n, const void *w, const void *a, float *out) { plumb_dot8_ref(PLUMB_TYPE_Q4_0, n, w, a, out); }
+
 static const plumb_kernels scalar = {
     .name = "scalar",
     .dot_f32 = dot_f32,
@@ -41,6 +44,8 @@ static const plumb_kernels scalar = {
         [PLUMB_TYPE_Q5_K] = plumb_dot_q5_K_q8K_ref,
         [PLUMB_TYPE_Q6_K] = plumb_dot_q6_K_q8K_ref,
     },
+    /* the reference for the repacked kernels; too slow to be chosen for real use */
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0, [PLUMB_TYPE_Q4_0] = dot8_q4_0},
     .quantize_q8a = plumb_quantize_q8a,
     .quantize_q8K = plumb_quantize_q8_K,
 };

@@ -95,6 +95,39 @@ static void kc_check_type(const plumb_kernels *k, uint32_t type, kc_result *r) {
     }
 }
 
+/* The 8-row kernels over repacked weights against the row-at-a-time reference. */
+static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
+    const plumb_type_traits *t = plumb_type_get(type);
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 77 + type);
+    const int sizes[] = {32, 64, 96, 2048, 2080};
+    for (int si = 0; si < 5; si++) {
+        const int n = sizes[si];
+        const size_t rb = plumb_type_row_bytes(type, (uint64_t)n);
+        uint8_t *w = malloc(8 * rb), *p = malloc(8 * rb);
+        float *x = malloc(sizeof(float) * (size_t)n), *row = malloc(sizeof(float) * (size_t)n);
+        block_q8a *a = malloc(sizeof(block_q8a) * (size_t)(n / 32));
+        for (int rr = 0; rr < 8; rr++) {
+            kc_random(row, n, &rng, 0.1f);
+            t->from_float(row, w + (size_t)rr * rb, n);
+        }
+        kc_random(x, n, &rng, 2.0f);
+        plumb_quantize_q8a(x, a, n);
+        plumb_repack8(type, w, rb, n, p);
+        float got[8];
+        k->dot8[type](n, p, a, got);
+        for (int rr = 0; rr < 8; rr++) {
+            const float want = plumb_kernels_scalar()->dot[type](n, w + (size_t)rr * rb, a);
+            t->to_float(w + (size_t)rr * rb, row, n);
+            double abs_sum = 0;
+            for (int i = 0; i < n; i++) abs_sum += fabs((double)row[i] * x[i]);
+            if (kc_close(got[rr], want, abs_sum)) r->passed++;
+            else kc_fail(r, "%s dot8 %s n=%d row %d: %.7g vs reference %.7g", k->name, t->name, n, rr, got[rr], want);
+        }
+        free(w); free(p); free(x); free(row); free(a);
+    }
+}
+
 static kc_result kernel_check_table(const plumb_kernels *k) {
     kc_result r = {0, 0};
     kc_check_f32(k, &r);
@@ -103,6 +136,7 @@ static kc_result kernel_check_table(const plumb_kernels *k) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!k->dot[types[i]]) { kc_fail(&r, "%s has no kernel for %s", k->name, plumb_type_name(types[i])); continue; }
         kc_check_type(k, types[i], &r);
+        if (k->dot8[types[i]]) kc_check_dot8(k, types[i], &r);
     }
     return r;
 }

@@ -47,7 +47,7 @@ Test(kernels, matmul_driver) {
         kc_random(x, n_tok * cols, &rng, 1.0f);
         for (int r = 0; r < rows; r++) t->from_float(wf + r * cols, w + r * rb, cols);
         for (int r = 0; r < rows; r++) t->to_float(w + r * rb, wf + r * cols, cols);
-        plumb_matrix m = {types[ti], rows, cols, rb, w, "w"};
+        plumb_matrix m = {types[ti], rows, cols, rb, w, "w", NULL};
         void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, n_tok) + 1);
         plumb_matmul(&m, x, n_tok, y, act, 0);
         plumb_matmul(&m, x, n_tok, ye, act, 1);
