@@ -17,7 +17,7 @@ SAN_FLAGS ?=
 # project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
 ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
-LDLIBS   += -lm -ldl -lpthread
+LDLIBS   += -lcrypto -lm -ldl -lpthread
 
 LIB_SRC  := $(wildcard core/*.c quant/*.c simd/*.c models/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
@@ -65,7 +65,7 @@ fuzz: $(BUILD)/fuzz-gguf $(BIN)
 
 $(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c quant/quant.c
 	@mkdir -p $(dir $@)
-	clang -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -o $@ $^ -lm
+	clang -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -o $@ $^ -lcrypto -lm
 
 # NEON: cross-compile the kernel tests and run them under qemu-aarch64.
 neon-test:

@@ -16,13 +16,16 @@ static void human(uint64_t b, char *buf, size_t n) {
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    int all_tensors = 0, all_keys = 0;
+    int all_tensors = 0, all_keys = 0, hash = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: plumb info FILE.gguf [--all-tensors] [--all-keys]\n");
+            printf("usage: plumb info FILE.gguf [--all-tensors] [--all-keys] [--hash]\n"
+                   "  --hash  SHA-256 of each tensor's data and of all of it (tensors in name order)\n"
+                   "          (compares quantizations across tools, whatever the metadata)\n");
             return 0;
         } else if (!strcmp(argv[i], "--all-tensors")) all_tensors = 1;
         else if (!strcmp(argv[i], "--all-keys")) all_keys = 1;
+        else if (!strcmp(argv[i], "--hash")) hash = 1;
         else if (!strcmp(argv[i], "-m")) { if (cli_str(argc, argv, &i, &path)) return 2; }
         else if (argv[i][0] == '-') return cli_fail("info", "unknown option '%s'", argv[i]);
         else path = argv[i];
@@ -32,6 +35,21 @@ int cmd_info(int argc, char **argv) {
     if (!f) return cli_fail("info", "%s", plumb_last_error());
 
     char buf[256];
+    if (hash) {
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            char hex[65];
+            plumb_sha256_ctx *one = plumb_sha256_begin();
+            plumb_sha256_update(one, t->data, t->nbytes);
+            plumb_sha256_end(one, hex);
+            printf("%s  %-6s %s\n", hex, plumb_type_name(t->type), t->name);
+        }
+        char hex[65];
+        gguf_tensor_data_sha256(f, hex);
+        printf("%s  all tensor data (in name order)\n", hex);
+        gguf_close(f);
+        return 0;
+    }
     printf("file:        %s\n", path);
     printf("gguf:        version %u, %llu metadata keys, %llu tensors, alignment %llu\n", f->version,
            (unsigned long long)f->n_kv, (unsigned long long)f->n_tensors, (unsigned long long)f->alignment);

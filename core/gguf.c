@@ -467,3 +467,23 @@ void gguf_kv_format(const gguf_kv *kv, char *buf, size_t size) {
     default: snprintf(buf, size, "?");
     }
 }
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp((*(const gguf_tensor *const *)a)->name, (*(const gguf_tensor *const *)b)->name);
+}
+
+int gguf_tensor_data_sha256(const gguf_file *f, char hex[65]) {
+    const gguf_tensor **order = malloc(sizeof *order * (f->n_tensors ? f->n_tensors : 1));
+    plumb_sha256_ctx *c = plumb_sha256_begin();
+    if (!order || !c) {
+        free(order);
+        plumb_sha256_end(c, hex);
+        return plumb_set_error("out of memory");
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
+    qsort(order, f->n_tensors, sizeof *order, cmp_tensor_name);
+    for (uint64_t i = 0; i < f->n_tensors; i++) plumb_sha256_update(c, order[i]->data, order[i]->nbytes);
+    plumb_sha256_end(c, hex);
+    free(order);
+    return 0;
+}

@@ -77,6 +77,10 @@ int gguf_get_str(const gguf_file *f, const char *key, const char **out);
 /* value formatted for display (arrays summarised) */
 void gguf_kv_format(const gguf_kv *kv, char *buf, size_t size);
 
+/* SHA-256 over all tensor data, tensors taken in name order: equal for two
+ * files holding the same tensors whatever their metadata or tensor order. */
+int gguf_tensor_data_sha256(const gguf_file *f, char hex[65]);
+
 /* ---- writer ---- */
 typedef struct gguf_writer gguf_writer;
 gguf_writer *gguf_writer_new(void);

@@ -105,4 +105,14 @@ static inline float plumb_rng_f32(plumb_rng *r) { /* [0,1) */
     return (float)(plumb_rng_u64(r) >> 40) / 16777216.0f;
 }
 
+
+
+/* SHA-256 (OpenSSL libcrypto) as 64 hex digits + NUL. The incremental form
+ * hashes data given in pieces (a file, or a model's tensors). */
+typedef struct plumb_sha256_ctx plumb_sha256_ctx;
+plumb_sha256_ctx *plumb_sha256_begin(void);
+void plumb_sha256_update(plumb_sha256_ctx *c, const void *data, size_t n);
+void plumb_sha256_end(plumb_sha256_ctx *c, char hex[65]); /* frees c */
+int plumb_sha256_file(const char *path, char hex[65]);    /* 0 or -1 with error */
+
 #endif

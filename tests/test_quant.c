@@ -97,3 +97,56 @@ Test(quant, type_names_and_sizes) {
     cr_expect_eq(plumb_type_row_bytes(PLUMB_TYPE_Q4_K, 100), 0, "not a whole number of blocks");
     cr_expect_null(plumb_type_get(4), "ggml's removed Q4_2 id is unknown");
 }
+
+/* ---- bit-exactness against llama.cpp's llama-quantize ----
+ * Expected hashes: SHA-256 over all tensor data (tensors in name order) of files written
+ * by llama.cpp's llama-quantize --pure (build of 2025-02-20, c392e50) from
+ * the same F32 inputs, measured by hand with `plumb info --hash`. */
+#include "../core/gguf.h"
+#include "../models/convert.h"
+
+static void tensor_data_hash(const char *path, char hex[65]) {
+    gguf_file *f = gguf_open(path);
+    cr_assert_not_null(f, "%s", plumb_last_error());
+    cr_assert_eq(gguf_tensor_data_sha256(f, hex), 0);
+    gguf_close(f);
+}
+
+static void expect_quantized_hash(const char *f32_path, const char *type, const char *want) {
+    char out[512], hex[65];
+    snprintf(out, sizeof out, "%s", tmp_path(type));
+    cr_assert_eq(plumb_quantize_file(f32_path, out, plumb_type_from_name(type), 0), 0, "%s", plumb_last_error());
+    tensor_data_hash(out, hex);
+    cr_expect_str_eq(hex, want, "%s differs from llama-quantize's output", type);
+    remove(out);
+}
+
+Test(quant, q8_0_q4_0_q4_1_match_llama_cpp_on_trained_weights) {
+    const char *src = shared_file("models/TinyStories-656K-Q8_0.gguf");
+    REQUIRE_SHARED(src);
+    char f32[512], hex[65];
+    snprintf(f32, sizeof f32, "%s", tmp_path("ts-f32.gguf"));
+    cr_assert_eq(plumb_quantize_file(src, f32, PLUMB_TYPE_F32, 0), 0, "%s", plumb_last_error());
+    tensor_data_hash(f32, hex); /* the dequantized input llama.cpp was given */
+    cr_assert_str_eq(hex, "3face4a6c17a1e701a36ffd84bdb8f8fd5ed0f6dcb2af13d831d605e674e9b4d", "F32 input changed");
+    expect_quantized_hash(f32, "q8_0", "eefd5f95afeffcadb21a5b3d71718ba34c517b8120fd6cf9b8e59fec118c0684");
+    expect_quantized_hash(f32, "q4_0", "e00a4a6ff1e44c220f26296299942c9f62d4e98869d3a5975abb8e3fc9e4ca83");
+    expect_quantized_hash(f32, "q4_1", "df738bf702152a85a4f501c35186a4cfdfa4fe44ae6d0ad6010b5511ab954308");
+    remove(f32);
+}
+
+Test(quant, k_quants_match_llama_cpp) {
+    /* plumb mkmodel --shape custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab-size 512 --type f32 */
+    plumb_synth_params sp = {.shape = {.name = "custom", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 512,
+                                       .n_vocab = 512, .n_ctx = 2048, .rope_freq_base = 10000.f, .arch = "llama"},
+                             .type = PLUMB_TYPE_F32, .seed = 0};
+    char f32[512], hex[65];
+    snprintf(f32, sizeof f32, "%s", tmp_path("syn-f32.gguf"));
+    cr_assert_eq(plumb_make_synthetic(&sp, f32), 0, "%s", plumb_last_error());
+    tensor_data_hash(f32, hex);
+    cr_assert_str_eq(hex, "52d34fb8cdf84d02406e7253bef15cefcaacbee4c55cf236607d1ac89fa8144d", "F32 input changed");
+    expect_quantized_hash(f32, "q4_k", "d74ff72d94a1ffbd6bc2f0badf2cb605dcf38bcb3259d287e1b018ef27118585");
+    expect_quantized_hash(f32, "q5_k", "6ccf51ca274ce6266269816e6efb47bf12a3d5f75df6364267eedbbca8ef6140");
+    expect_quantized_hash(f32, "q6_k", "e841d8d61781c3001ff13a2ffba1cb0fe1051e3f15309b0e5741686156f962ad");
+    remove(f32);
+}
