@@ -17,10 +17,10 @@ SAN_FLAGS ?=
 # project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
 ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
-LDLIBS   += -lcrypto -lm -ldl -lpthread
+LDLIBS   += -ljansson -lcrypto -lm -ldl -lpthread
 
 LIB_SRC  := $(wildcard core/*.c quant/*.c simd/*.c models/*.c)
-CLI_SRC  := $(wildcard cli/*.c)
+CLI_SRC  := $(wildcard cli/*.c) bench/stats.c bench/sysinfo.c bench/harness.c bench/report.c
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -86,8 +86,7 @@ $(DEMO_MODEL): | $(BIN)
 demo: $(BIN) $(DEMO_MODEL)
 	./$(BIN) run -m $(DEMO_MODEL) -p "The quick brown fox" -n 64 --seed 1
 
-BENCH_LIB := $(BUILD)/bench/stats.o
-$(BUILD)/bench-kernels: $(BUILD)/bench/bench_kernels.o $(BENCH_LIB) $(BUILD)/libplumb.a
+$(BUILD)/bench-kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/bench/stats.o $(BUILD)/libplumb.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 bench-kernels: $(BUILD)/bench-kernels
 

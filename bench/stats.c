@@ -11,8 +11,14 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static double percentile(const double *sorted, int n, double q) {
+    double pos = q * (n - 1);
+    int i = (int)pos;
+    return i + 1 < n ? sorted[i] + (pos - i) * (sorted[i + 1] - sorted[i]) : sorted[n - 1];
+}
+
 plumb_stats plumb_stats_of(const double *v, int n) {
-    plumb_stats s = {0, 0, 0, 0, n};
+    plumb_stats s = {0, 0, 0, 0, 0, 0, n};
     if (n <= 0) return s;
     double *c = malloc(sizeof(double) * (size_t)n);
     memcpy(c, v, sizeof(double) * (size_t)n);
@@ -21,6 +27,8 @@ plumb_stats plumb_stats_of(const double *v, int n) {
     s.max = c[n - 1];
     s.median = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     for (int i = 0; i < n; i++) s.mean += c[i] / n;
+    s.p90 = percentile(c, n, 0.90);
+    s.p99 = percentile(c, n, 0.99);
     free(c);
     return s;
 }

@@ -10,6 +10,9 @@ int cmd_info(int argc, char **argv);
 int cmd_convert_llama2c(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 /* Prints "plumb <cmd>: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -71,7 +71,7 @@ Test(cli, mkmodel_quantize_info_run) {
     char m[512], q[512]; /* own copies: tmp_path's buffers are reused */
     snprintf(m, sizeof m, "%s", tmp_path("cli-model.gguf"));
     snprintf(q, sizeof q, "%s", tmp_path("cli-model-q4.gguf"));
-    char args[1024];
+    char args[2048];
     snprintf(args, sizeof args, "mkmodel --shape custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab-size 1000 --type f16 -o %s", m);
     cmd_result r = run(args);
     cr_assert_eq(r.code, 0, "%s", r.err);
@@ -92,4 +92,82 @@ Test(cli, mkmodel_quantize_info_run) {
     done(&r);
     remove(m);
     remove(q);
+}
+
+/* ---- bench, compare, perplexity ---- */
+
+Test(cli, bench_record_and_compare) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    char a[512], b[512], c[512], rep[512], args[2048];
+    snprintf(a, sizeof a, "%s", tmp_path("bench-a"));
+    snprintf(b, sizeof b, "%s", tmp_path("bench-b"));
+    snprintf(c, sizeof c, "%s", tmp_path("bench-c"));
+    snprintf(rep, sizeof rep, "%s", tmp_path("report"));
+    snprintf(args, sizeof args, "bench -m %s -t 1 -p 16 -n 8 --reps 2 --warmup 0 --no-quality -o %s --report %s", p, a, rep);
+    cmd_result r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "| F32 | cpu | 1 | 16 |") != NULL, "%s", r.out);
+    done(&r);
+    char path[600];
+    snprintf(path, sizeof path, "%s.json", a);
+    char *json = slurp(path, NULL);
+    cr_assert_not_null(json);
+    const char *fields[] = {"\"date\"", "\"sha256\": \"270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d\"", "\"cpu\"",
+                            "\"threads\": 1", "\"concurrency\": 1", "\"requests\": 2", "\"input_token_range\"", "\"max_output_tokens\": 8",
+                            "\"generated_tokens\": 16", "\"total_time_s\"", "\"p99\"", "\"peak_rss_mib\"", "\"read_bandwidth_gbs\"",
+                            "\"decode_limit_tps\"", "\"command\""};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cr_expect(strstr(json, fields[i]) != NULL, "record lacks %s", fields[i]);
+    free(json);
+    snprintf(path, sizeof path, "%s/index.html", rep);
+    char *html = slurp(path, NULL);
+    cr_assert_not_null(html);
+    cr_expect(strstr(html, "<svg") && strstr(html, "Decode tokens/s"));
+    free(html);
+    /* same conditions: compared; other output length: refused with the reason */
+    snprintf(args, sizeof args, "bench -m %s -t 1 -p 16 -n 8 --reps 2 --warmup 0 --no-quality -o %s", p, b);
+    r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    done(&r);
+    snprintf(args, sizeof args, "bench -m %s -t 1 -p 16 -n 12 --reps 2 --warmup 0 --no-quality -o %s", p, c);
+    r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    done(&r);
+    snprintf(args, sizeof args, "compare %s.json %s.json", a, b);
+    r = run(args);
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "decode ") && strstr(r.out, "1 comparisons, 0 refused"), "%s", r.out);
+    done(&r);
+    snprintf(args, sizeof args, "compare %s.json %s.json", a, c);
+    r = run(args);
+    cr_expect_eq(r.code, 1);
+    cr_expect(strstr(r.out, "REFUSED") && strstr(r.out, "output length 8 vs 12"), "%s", r.out);
+    done(&r);
+    EXPECT_FAILS("compare /etc/hostname /etc/hostname", 1, "not readable JSON");
+}
+
+Test(cli, perplexity_and_kl) {
+    const char *p = shared_file("models/stories260K.gguf"), *t = shared_file("reference/stories260K.greedy.once-upon-a-time.txt");
+    REQUIRE_SHARED(p);
+    char base[512], args[2048];
+    snprintf(base, sizeof base, "%s", tmp_path("kl.bin"));
+    snprintf(args, sizeof args, "perplexity -m %s -f %s -c 32 --kl-base %s", p, t, base);
+    cmd_result r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    double ppl = 0;
+    const char *f = strstr(r.out, "PPL = ");
+    cr_assert_not_null(f, "%s", r.out);
+    sscanf(f, "PPL = %lf", &ppl);
+    /* the model's own greedy text: very predictable to it */
+    cr_expect(ppl > 1.0 && ppl < 4.0, "perplexity %g", ppl);
+    done(&r);
+    snprintf(args, sizeof args, "perplexity -m %s -f %s -c 32 --kl %s", p, t, base);
+    r = run(args);
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "Same top token: 100.00%") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "KL divergence") != NULL);
+    done(&r);
+    snprintf(args, sizeof args, "perplexity -m %s -f %s -c 16 --kl %s", p, t, base);
+    EXPECT_FAILS(args, 1, "other settings");
+    remove(base);
 }

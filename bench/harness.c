@@ -1,0 +1,161 @@
+/* harness.c — timed runs and quality checks for plumb bench. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/util.h"
+
+static const char *bench_text =
+    "The old lighthouse keeper climbed the spiral stairs every evening, counting each step as his father had "
+    "taught him. At the top he trimmed the wick, polished the great lens, and watched the ships pass far out "
+    "on the grey water. One winter night a storm rolled in from the north, and the light was all that stood "
+    "between the fishing boats and the rocks below. ";
+
+int bench_prompt(const plumb_model *m, int n, plumb_token *out) {
+    plumb_token buf[512];
+    int k = plumb_tokenize(m, bench_text, strlen(bench_text), 0, buf, 512);
+    int bos = plumb_token_bos(m);
+    int i = 0;
+    if (bos >= 0 && n > 0) out[i++] = bos;
+    if (k > 0) {
+        for (; i < n; i++) out[i] = buf[(i - (bos >= 0)) % k];
+    } else { /* no tokenizer plumb can run: fixed pseudo-random ids */
+        plumb_rng r;
+        plumb_rng_seed(&r, 42);
+        for (; i < n; i++) out[i] = (plumb_token)(3 + plumb_rng_u64(&r) % (uint64_t)(plumb_n_vocab(m) - 3));
+    }
+    return n;
+}
+
+static int argmax(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = cfg->n_prompt + cfg->n_gen + 1;
+    cp.n_threads = cfg->threads;
+    cp.exact = cfg->exact;
+    plumb_ctx *c = plumb_ctx_new(m, &cp);
+    if (!c) return -1;
+    plumb_token *prompt = malloc(sizeof(plumb_token) * (size_t)cfg->n_prompt);
+    int total = cfg->warmup + cfg->reps, n_itl = 0, rc = 0;
+    double *pre = calloc((size_t)total, sizeof(double)), *dec = calloc((size_t)total, sizeof(double)),
+           *ttft = calloc((size_t)total, sizeof(double)), *e2e = calloc((size_t)total, sizeof(double)),
+           *itl = calloc((size_t)cfg->reps * (size_t)cfg->n_gen + 1, sizeof(double));
+    if (!prompt || !pre || !dec || !ttft || !e2e || !itl) { rc = plumb_set_error("out of memory"); goto out; }
+    bench_prompt(m, cfg->n_prompt, prompt);
+    const int nv = plumb_n_vocab(m);
+    double measured_s = 0;
+    for (int r = 0; r < total && !rc; r++) {
+        const int measured = r >= cfg->warmup;
+        double t0 = plumb_time_s();
+        if (plumb_eval(c, prompt, cfg->n_prompt, 0)) { rc = -1; break; }
+        double t1 = plumb_time_s();
+        plumb_token tok = argmax(plumb_get_logits(c), nv);
+        double t_first = plumb_time_s(), t_prev = t_first;
+        for (int i = 0; i < cfg->n_gen; i++) {
+            if (plumb_eval(c, &tok, 1, cfg->n_prompt + i)) { rc = -1; break; }
+            tok = argmax(plumb_get_logits(c), nv);
+            double t = plumb_time_s();
+            if (measured) itl[n_itl++] = (t - t_prev) * 1e3;
+            t_prev = t;
+        }
+        pre[r] = cfg->n_prompt / (t1 - t0);
+        ttft[r] = (t_first - t0) * 1e3;
+        dec[r] = cfg->n_gen / (t_prev - t_first);
+        e2e[r] = (t_prev - t0) * 1e3;
+        if (measured) measured_s += t_prev - t0;
+    }
+    if (!rc) {
+        int w = cfg->warmup;
+        out->reps = cfg->reps;
+        out->n_prompt = cfg->n_prompt;
+        out->n_gen = cfg->n_gen;
+        out->generated_tokens = (long)cfg->reps * cfg->n_gen;
+        out->total_s = measured_s;
+        out->prefill_tps = plumb_stats_of(pre + w, cfg->reps);
+        out->decode_tps = plumb_stats_of(dec + w, cfg->reps);
+        out->ttft_ms = plumb_stats_of(ttft + w, cfg->reps);
+        out->e2e_ms = plumb_stats_of(e2e + w, cfg->reps);
+        out->itl_ms = plumb_stats_of(itl, n_itl);
+    }
+out:
+    free(prompt); free(pre); free(dec); free(ttft); free(e2e); free(itl);
+    plumb_ctx_free(c);
+    return rc;
+}
+
+static void append_piece(const plumb_model *m, plumb_token t, char *text, size_t cap) {
+    char piece[64];
+    int k = plumb_token_to_piece(m, t, piece, sizeof piece - 1);
+    size_t len = strlen(text);
+    for (int i = 0; i < k && len + 1 < cap; i++) text[len++] = piece[i] == '\n' ? ' ' : piece[i];
+    text[len] = 0;
+}
+
+/* greedy continuation of prompt; ids into seq[n_prompt..n_prompt+n) */
+static int greedy(plumb_model *m, int threads, plumb_token *seq, int n_prompt, int n, char *text, size_t cap) {
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = n_prompt + n + 1;
+    cp.n_threads = threads;
+    plumb_ctx *c = plumb_ctx_new(m, &cp);
+    if (!c) return -1;
+    int rc = plumb_eval(c, seq, n_prompt, 0);
+    text[0] = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        seq[n_prompt + i] = argmax(plumb_get_logits(c), plumb_n_vocab(m));
+        append_piece(m, seq[n_prompt + i], text, cap);
+        rc = plumb_eval(c, &seq[n_prompt + i], 1, n_prompt + i);
+    }
+    plumb_ctx_free(c);
+    return rc;
+}
+
+int bench_quality_check(plumb_model *ref, plumb_model *cand, int n, int threads, bench_quality *q) {
+    if (plumb_n_vocab(ref) != plumb_n_vocab(cand)) return plumb_set_error("models have different vocabularies");
+    const int n_prompt = 16, nv = plumb_n_vocab(ref);
+    plumb_token seq[16 + 256], own[16 + 256];
+    if (n > 256) n = 256;
+    bench_prompt(ref, n_prompt, seq);
+    memcpy(own, seq, sizeof(plumb_token) * n_prompt);
+    if (greedy(ref, threads, seq, n_prompt, n, q->ref_text, sizeof q->ref_text) ||
+        greedy(cand, threads, own, n_prompt, n, q->text, sizeof q->text))
+        return -1;
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = n_prompt + n + 1;
+    cp.n_threads = threads;
+    plumb_ctx *cr = plumb_ctx_new(ref, &cp), *cc = plumb_ctx_new(cand, &cp);
+    int rc = (!cr || !cc) ? -1 : 0;
+    if (!rc) rc = plumb_eval_all_logits(cr, seq, n_prompt + n - 1, 0) || plumb_eval_all_logits(cc, seq, n_prompt + n - 1, 0);
+    if (!rc) {
+        int agree = 0;
+        double kl_sum = 0, kl_max = 0;
+        for (int i = n_prompt - 1; i < n_prompt + n - 1; i++) {
+            const float *a = plumb_get_logits_ith(cr, i), *b = plumb_get_logits_ith(cc, i);
+            double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+            for (int v = 1; v < nv; v++) { ma = fmax(ma, a[v]); mb = fmax(mb, b[v]); }
+            for (int v = 0; v < nv; v++) { za += exp(a[v] - ma); zb += exp(b[v] - mb); }
+            const double lza = log(za), lzb = log(zb);
+            for (int v = 0; v < nv; v++) {
+                const double la = a[v] - ma - lza, lb = b[v] - mb - lzb;
+                kl += exp(la) * (la - lb);
+            }
+            agree += argmax(a, nv) == argmax(b, nv);
+            kl_sum += kl;
+            kl_max = fmax(kl_max, kl);
+        }
+        q->n = n;
+        q->top1 = (double)agree / n;
+        q->kl_mean = kl_sum / n;
+        q->kl_max = kl_max;
+    }
+    plumb_ctx_free(cr);
+    plumb_ctx_free(cc);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* harness.h — the measurement core of plumb bench: timed prefill + decode
+ * runs on a model, and the quality spot check between two precisions. */
+#ifndef PLUMB_HARNESS_H
+#define PLUMB_HARNESS_H
+
+#include "../include/plumb.h"
+#include "stats.h"
+
+typedef struct {
+    int n_prompt, n_gen;  /* fixed lengths: generation never stops early */
+    int reps, warmup;
+    int threads;
+    int exact;
+} bench_config;
+
+typedef struct {
+    int reps, n_prompt, n_gen;
+    long generated_tokens;  /* over the measured reps */
+    double total_s;         /* wall time of the measured reps */
+    plumb_stats prefill_tps, decode_tps, ttft_ms, e2e_ms, itl_ms;
+} bench_result;
+
+/* A fixed prompt of exactly n tokens: a built-in English text tokenized and
+ * repeated (or, for a model without a usable tokenizer, fixed ids). */
+int bench_prompt(const plumb_model *m, int n, plumb_token *out);
+
+int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out);
+
+typedef struct {
+    int n;               /* positions compared */
+    double top1;         /* fraction where both models' argmax agree */
+    double kl_mean, kl_max;
+    char ref_text[512], text[512];
+} bench_quality;
+
+/* Greedy n tokens from the reference after a fixed prompt; the candidate is
+ * scored teacher-forced on the reference's sequence (top-1 agreement, KL of
+ * the candidate from the reference), and also generates its own text. */
+int bench_quality_check(plumb_model *ref, plumb_model *cand, int n, int threads, bench_quality *q);
+
+#endif
