@@ -9,8 +9,15 @@
 /* Vocabulary token types as GGUF stores them (tokenizer.ggml.token_type). */
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 
+typedef struct plumb_bpe plumb_bpe;
+
 typedef struct {
     int n;
+    int kind;         /* VOCAB_SPM, VOCAB_BPE, or VOCAB_OTHER (loads, does not tokenize) */
+    char model[32];   /* tokenizer.ggml.model */
+    plumb_bpe *bpe;   /* VOCAB_BPE: merges, pre-tokenizer */
+    int *special;     /* ids of user-defined and control tokens, longest text first */
+    int n_special;
     char **text;      /* borrowed from the GGUF metadata */
     int *len;
     float *score;
@@ -23,9 +30,18 @@ typedef struct {
     uint32_t hash_mask;
 } plumb_vocab;
 
+enum { VOCAB_SPM = 0, VOCAB_BPE = 1, VOCAB_OTHER = 2 };
+
 int vocab_load(plumb_vocab *v, const gguf_file *f);
 void vocab_free(plumb_vocab *v);
 int vocab_find(const plumb_vocab *v, const char *s, int len); /* -1 if absent */
+
+/* bpe.c */
+plumb_bpe *bpe_load(const gguf_file *f);
+void bpe_free(plumb_bpe *b);
+int bpe_tokenize(const plumb_vocab *v, const plumb_bpe *b, const char *text, int len, void (*emit)(void *, int), void *ctx);
+int bpe_decode(const plumb_bpe *b, const char *s, int n, char *out, int cap);
+const char *bpe_pre_name(const plumb_bpe *b);
 
 typedef struct {
     plumb_matrix attn_norm, ffn_norm;       /* [n_embd] (F32 vectors) */

@@ -6,6 +6,7 @@
  *   3. adjacent pairs whose concatenation is a vocabulary token are merged,
  *      highest score first (leftmost first on ties), until none is left;
  *   4. a piece that is not a token falls back to its bytes (<0xXX> tokens). */
+#define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,11 +50,21 @@ static int get_token_id(const gguf_file *f, const char *key, int n, int *out) {
     return 0;
 }
 
+static const int *sort_len; /* qsort context: token lengths */
+static int by_len_desc(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return sort_len[y] - sort_len[x] ? sort_len[y] - sort_len[x] : x - y;
+}
+
 int vocab_load(plumb_vocab *v, const gguf_file *f) {
     memset(v, 0, sizeof *v);
     v->bos = v->eos = v->unk = -1;
     const gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!toks) return 0; /* a model without a tokenizer still runs on token ids */
+    const char *model = "llama";
+    if (gguf_get_str(f, "tokenizer.ggml.model", &model) < 0) return -1;
+    snprintf(v->model, sizeof v->model, "%s", model);
+    v->kind = !strcmp(model, "llama") ? VOCAB_SPM : !strcmp(model, "gpt2") ? VOCAB_BPE : VOCAB_OTHER;
     if (toks->type != GGUF_VT_ARRAY || toks->arr_type != GGUF_VT_STRING)
         return plumb_set_error("tokenizer.ggml.tokens is not an array of strings");
     if (toks->arr_n == 0 || toks->arr_n > (1u << 24)) return plumb_set_error("tokenizer.ggml.tokens has %llu entries", (unsigned long long)toks->arr_n);
@@ -102,13 +113,30 @@ int vocab_load(plumb_vocab *v, const gguf_file *f) {
     bool b;
     v->add_bos = 1;
     v->add_space_prefix = 1;
+    if (v->kind == VOCAB_BPE) {
+        v->bpe = bpe_load(f);
+        if (!v->bpe) return -1;
+        const char *pre = bpe_pre_name(v->bpe);
+        /* llama.cpp's defaults: BOS only for the Llama 3 family; no space prefix */
+        v->add_bos = !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3") || !strcmp(pre, "llama-bpe") || !strcmp(pre, "falcon3");
+        v->add_space_prefix = 0;
+    }
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) == 1) v->add_bos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b) == 1) v->add_space_prefix = b;
     if (v->bos < 0) v->add_bos = 0;
+    /* tokens matched in the text before the tokenizer runs */
+    v->special = malloc(sizeof(int) * (size_t)n);
+    if (!v->special) return plumb_set_error("out of memory loading vocabulary");
+    for (int i = 0; i < n; i++)
+        if ((v->type[i] == TOK_CONTROL || v->type[i] == TOK_USER_DEFINED) && v->len[i] > 0) v->special[v->n_special++] = i;
+    sort_len = v->len;
+    qsort(v->special, (size_t)v->n_special, sizeof(int), by_len_desc);
     return 0;
 }
 
 void vocab_free(plumb_vocab *v) {
+    bpe_free(v->bpe);
+    free(v->special);
     free(v->len);
     free(v->score);
     free(v->type);
@@ -201,7 +229,7 @@ static void emit_piece(const plumb_vocab *v, tok_out *o, const char *s, int n) {
     }
 }
 
-static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, tok_out *o) {
+static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, int space_prefix, tok_out *o) {
     /* 1. escape spaces */
     size_t cap = 3 * len + 4;
     char *s = malloc(cap);
@@ -210,7 +238,7 @@ static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, tok_
     int rc = -1;
     if (!s || !sym) goto done;
     size_t n = 0;
-    if (v->add_space_prefix && len > 0) { memcpy(s, "\xe2\x96\x81", 3); n = 3; }
+    if (space_prefix && len > 0) { memcpy(s, "\xe2\x96\x81", 3); n = 3; }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') { memcpy(s + n, "\xe2\x96\x81", 3); n += 3; }
         else s[n++] = text[i];
@@ -247,17 +275,78 @@ done:
     return rc;
 }
 
-int plumb_tokenize(const plumb_model *m, const char *text, size_t len, int add_bos, plumb_token *out, int max_out) {
+/* The text cut at special tokens: user-defined ones always, control ones
+ * when parse_special (llama.cpp's tokenizer_st_partition), longest first. */
+typedef struct { int token, off, len; } fragment; /* token >= 0: a special token */
+
+static int partition(const plumb_vocab *v, const char *text, int len, int parse_special, fragment **out, int *n_out) {
+    int cap = 16, n = 1;
+    fragment *fr = malloc(sizeof(fragment) * (size_t)cap);
+    if (!fr) return -1;
+    fr[0] = (fragment){-1, 0, len};
+    for (int si = 0; si < v->n_special; si++) {
+        const int id = v->special[si];
+        if (v->type[id] == TOK_CONTROL && !parse_special) continue;
+        const char *tok = v->text[id];
+        const int tl = v->len[id];
+        for (int k = 0; k < n; k++) {
+            if (fr[k].token >= 0 || fr[k].len < tl) continue;
+            const char *base = text + fr[k].off;
+            const char *hit = memmem(base, (size_t)fr[k].len, tok, (size_t)tl);
+            if (!hit) continue;
+            if (n + 2 > cap) {
+                cap *= 2;
+                fragment *nf = realloc(fr, sizeof(fragment) * (size_t)cap);
+                if (!nf) { free(fr); return -1; }
+                fr = nf;
+            }
+            const int pre = (int)(hit - base), rest = fr[k].len - pre - tl;
+            memmove(&fr[k + 3], &fr[k + 1], sizeof(fragment) * (size_t)(n - k - 1));
+            fragment left = {-1, fr[k].off, pre}, mid = {id, fr[k].off + pre, tl}, right = {-1, fr[k].off + pre + tl, rest};
+            fr[k] = left;
+            fr[k + 1] = mid;
+            fr[k + 2] = right;
+            n += 2;
+            /* the right part is examined next, as fragment k+2 */
+        }
+    }
+    *out = fr;
+    *n_out = n;
+    return 0;
+}
+
+static void emit_cb(void *ctx, int id) { emit(ctx, id); }
+
+int plumb_tokenize_special(const plumb_model *m, const char *text, size_t len, int add_bos, int parse_special, plumb_token *out, int max_out) {
     const plumb_vocab *v = &m->vocab;
     if (v->n == 0) return plumb_set_error("this model has no tokenizer");
-    const char *kind = NULL;
-    if (gguf_get_str(m->file, "tokenizer.ggml.model", &kind) == 1 && strcmp(kind, "llama") != 0)
-        return plumb_set_error("tokenizer '%s' is not supported yet (SentencePiece 'llama' is)", kind);
+    if (v->kind == VOCAB_OTHER) return plumb_set_error("tokenizer '%s' is not supported (SentencePiece 'llama' and byte-level BPE 'gpt2' are)", v->model);
+    if (len > (1u << 30)) return plumb_set_error("text too long to tokenize (%zu bytes)", len);
     tok_out o = {out, 0, max_out};
     if (add_bos && v->bos >= 0) emit(&o, v->bos);
-    if (spm_tokenize(v, text, len, &o)) return -1;
+    fragment *fr;
+    int n_fr, rc = 0;
+    if (partition(v, text, (int)len, parse_special, &fr, &n_fr)) return plumb_set_error("out of memory while tokenizing");
+    int prev_special = 1; /* SPM: a space prefix after the start and after special tokens */
+    for (int k = 0; k < n_fr && !rc; k++) {
+        if (fr[k].token >= 0) {
+            emit(&o, fr[k].token);
+            prev_special = 1;
+            continue;
+        }
+        if (fr[k].len == 0) continue;
+        if (v->kind == VOCAB_BPE) rc = bpe_tokenize(v, v->bpe, text + fr[k].off, fr[k].len, emit_cb, &o);
+        else rc = spm_tokenize(v, text + fr[k].off, (size_t)fr[k].len, prev_special && v->add_space_prefix, &o);
+        prev_special = 0;
+    }
+    free(fr);
+    if (rc) return -1;
     if (o.n > max_out) return plumb_set_error("prompt needs %d tokens, room for %d", o.n, max_out);
     return o.n;
+}
+
+int plumb_tokenize(const plumb_model *m, const char *text, size_t len, int add_bos, plumb_token *out, int max_out) {
+    return plumb_tokenize_special(m, text, len, add_bos, 0, out, max_out);
 }
 
 int plumb_token_to_piece(const plumb_model *m, plumb_token t, char *buf, int size) {
@@ -278,6 +367,11 @@ int plumb_token_to_piece(const plumb_model *m, plumb_token t, char *buf, int siz
         n = 3;
         break;
     default:
+        if (v->kind == VOCAB_BPE && v->type[t] != TOK_USER_DEFINED) {
+            n = bpe_decode(v->bpe, s, v->len[t], buf, size);
+            if (n < 0) return plumb_set_error("buffer too small");
+            break;
+        }
         for (int i = 0; i < v->len[t]; i++) {
             if (i + 2 < v->len[t] && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
                 if (n >= size) return plumb_set_error("buffer too small");
@@ -299,3 +393,4 @@ int plumb_n_vocab(const plumb_model *m) { return m->hp.n_vocab; }
 plumb_token plumb_token_bos(const plumb_model *m) { return m->vocab.bos; }
 plumb_token plumb_token_eos(const plumb_model *m) { return m->vocab.eos; }
 int plumb_add_bos(const plumb_model *m) { return m->vocab.add_bos; }
+const char *plumb_tokenizer_kind(const plumb_model *m) { return m->vocab.model; }

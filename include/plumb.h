@@ -62,10 +62,15 @@ int plumb_add_bos(const plumb_model *m); /* whether prompts get BOS by default *
 /* Tokenizes len bytes of text into out (room for max_out). Returns the
  * number of tokens, or -1 with an error (including "needs N tokens"). */
 int plumb_tokenize(const plumb_model *m, const char *text, size_t len, int add_bos, plumb_token *out, int max_out);
+/* Same, and with parse_special the text's control tokens ("<|im_start|>", ...)
+ * become their ids instead of being tokenized as text. */
+int plumb_tokenize_special(const plumb_model *m, const char *text, size_t len, int add_bos, int parse_special, plumb_token *out, int max_out);
 /* Text of one token (bytes, not necessarily whole UTF-8 characters); control
  * tokens give "". Returns the length, or -1 if buf is too small / id invalid. */
 int plumb_token_to_piece(const plumb_model *m, plumb_token t, char *buf, int size);
 const char *plumb_token_text(const plumb_model *m, plumb_token t); /* raw vocab string */
+/* tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE), "" if none */
+const char *plumb_tokenizer_kind(const plumb_model *m);
 
 /* ---- inference context ---- */
 
