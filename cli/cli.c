@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "../include/plumb.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -75,4 +77,21 @@ int cli_threads(int argc, char **argv, int *i, int *out) {
         return 0;
     }
     return cli_int(argc, argv, i, 0, 4096, out);
+}
+
+int cli_sampler_flag(int argc, char **argv, int *i, void *params, int *seed_given) {
+    plumb_sampler_params *sp = params;
+    const char *a = argv[*i];
+    int rc;
+    if (!strcmp(a, "--temp")) rc = cli_float(argc, argv, i, 0, 100, &sp->temp);
+    else if (!strcmp(a, "--top-k")) rc = cli_int(argc, argv, i, 0, 1 << 30, &sp->top_k);
+    else if (!strcmp(a, "--top-p")) rc = cli_float(argc, argv, i, 0, 1, &sp->top_p);
+    else if (!strcmp(a, "--min-p")) rc = cli_float(argc, argv, i, 0, 1, &sp->min_p);
+    else if (!strcmp(a, "--repeat-penalty")) rc = cli_float(argc, argv, i, 0.01, 100, &sp->repeat_penalty);
+    else if (!strcmp(a, "--repeat-last-n")) rc = cli_int(argc, argv, i, 0, 1 << 20, &sp->repeat_last_n);
+    else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+        rc = cli_u64(argc, argv, i, &sp->seed);
+        if (seed_given) *seed_given = 1;
+    } else return 0;
+    return rc ? -1 : 1;
 }

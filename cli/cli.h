@@ -13,6 +13,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* Prints "plumb <cmd>: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -23,6 +24,19 @@ int cli_str(int argc, char **argv, int *i, const char **out);
 int cli_int(int argc, char **argv, int *i, long min, long max, int *out);
 int cli_u64(int argc, char **argv, int *i, uint64_t *out);
 int cli_float(int argc, char **argv, int *i, double min, double max, float *out);
+
+/* Sampling flags shared by run and chat (--temp, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --repeat-last-n, -s/--seed). Returns 1 if argv[*i] was
+ * one (value consumed), 0 if not, -1 on a bad value. */
+struct plumb_sampler_params_s;
+int cli_sampler_flag(int argc, char **argv, int *i, void *sampler_params, int *seed_given);
+#define CLI_SAMPLER_HELP \
+    "  --temp T           temperature (default 0.8; 0 = greedy)\n" \
+    "  --top-k K          (default 40; 0 = off)\n" \
+    "  --top-p P          (default 0.95; 1 = off)\n" \
+    "  --min-p P          (default 0.05; 0 = off)\n" \
+    "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N (default 64)\n" \
+    "  -s, --seed S       sampling seed (default: random, printed)\n"
 
 /* "-t" values: a number, or "all" / 0 for every core. */
 int cli_threads(int argc, char **argv, int *i, int *out);

@@ -15,12 +15,7 @@ static const char *run_help =
     "  -n N               tokens to generate (default 128; -1 = until EOS or the context is full)\n"
     "  -t N|all           threads (default: all cores)\n"
     "  -c N               context size (default: the model's, at most 4096)\n"
-    "  --temp T           temperature (default 0.8; 0 = greedy)\n"
-    "  --top-k K          (default 40; 0 = off)\n"
-    "  --top-p P          (default 0.95; 1 = off)\n"
-    "  --min-p P          (default 0.05; 0 = off)\n"
-    "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N (default 64)\n"
-    "  -s, --seed S       sampling seed (default: random, printed)\n"
+    CLI_SAMPLER_HELP
     "  --exact            dequantize weights to f32 for every product (reference arithmetic)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
     "  --no-bos           do not prepend the BOS token\n"
@@ -42,13 +37,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) rc = cli_int(argc, argv, &i, -1, 1 << 24, &n_predict);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_threads(argc, argv, &i, &cp.n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_int(argc, argv, &i, 0, 1 << 22, &cp.n_ctx);
-        else if (!strcmp(a, "--temp")) rc = cli_float(argc, argv, &i, 0, 100, &sp.temp);
-        else if (!strcmp(a, "--top-k")) rc = cli_int(argc, argv, &i, 0, 1 << 30, &sp.top_k);
-        else if (!strcmp(a, "--top-p")) rc = cli_float(argc, argv, &i, 0, 1, &sp.top_p);
-        else if (!strcmp(a, "--min-p")) rc = cli_float(argc, argv, &i, 0, 1, &sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) rc = cli_float(argc, argv, &i, 0.01, 100, &sp.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n")) rc = cli_int(argc, argv, &i, 0, 1 << 20, &sp.repeat_last_n);
-        else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) { rc = cli_u64(argc, argv, &i, &sp.seed); seed_given = 1; }
+        else if ((rc = cli_sampler_flag(argc, argv, &i, &sp, &seed_given)) != 0) rc = rc < 0;
         else if (!strcmp(a, "--exact")) cp.exact = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-bos")) no_bos = 1;

@@ -72,6 +72,24 @@ const char *plumb_token_text(const plumb_model *m, plumb_token t); /* raw vocab 
 /* tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE), "" if none */
 const char *plumb_tokenizer_kind(const plumb_model *m);
 
+/* ---- chat templates ---- */
+
+typedef struct {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} plumb_chat_message;
+
+/* The family of the model's tokenizer.chat_template ("chatml", "llama3",
+ * "llama2", "llama2-sys", "mistral", "phi3", "gemma", "zephyr"), or NULL when
+ * there is none or it is not recognised; *tmpl gets the raw template. */
+const char *plumb_chat_template_detect(const plumb_model *m, const char **tmpl);
+const char *const *plumb_chat_templates(void); /* NULL-terminated names */
+/* The conversation as prompt text (malloc'd; NULL + error for an unknown
+ * family). add_assistant opens the assistant's turn. */
+char *plumb_chat_format(const char *family, const plumb_chat_message *msgs, int n, int add_assistant);
+/* EOS, or a control token that closes a turn (<|im_end|>, <|eot_id|>, ...). */
+int plumb_token_is_end_of_turn(const plumb_model *m, plumb_token t);
+
 /* ---- inference context ---- */
 
 typedef struct {

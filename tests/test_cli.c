@@ -171,3 +171,25 @@ Test(cli, perplexity_and_kl) {
     EXPECT_FAILS(args, 1, "other settings");
     remove(base);
 }
+
+Test(cli, chat_from_stdin) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    char args[1024];
+    snprintf(args, sizeof args, "chat -m %s -n 8 --temp 0", p);
+    EXPECT_FAILS(args, 1, "has no chat template; pass --chat-template");
+    const char *bin = getenv("PLUMB_BIN") ? getenv("PLUMB_BIN") : "./plumb";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "printf 'Hello\\nAgain\\n' | %s chat -m %s -n 8 --temp 0 --chat-template chatml 2>/dev/null", bin, p);
+    FILE *fp = popen(cmd, "r");
+    cr_assert_not_null(fp);
+    char out[4096] = "";
+    size_t n = fread(out, 1, sizeof out - 1, fp);
+    out[n] = 0;
+    cr_expect_eq(pclose(fp), 0);
+    int lines = 0;
+    for (char *q = out; *q; q++) lines += *q == '\n';
+    cr_expect_geq(lines, 2, "two replies expected: %s", out);
+    snprintf(args, sizeof args, "chat -m %s --chat-template nope", p);
+    EXPECT_FAILS(args, 1, "unknown chat template 'nope'");
+}
