@@ -132,9 +132,11 @@ const char *plumb_model_weight_type(const plumb_model *m) {
 
 /* ---- contexts ---- */
 
-plumb_ctx_params plumb_ctx_default_params(void) { return (plumb_ctx_params){.n_ctx = 0, .n_threads = 0, .exact = 0}; }
+plumb_ctx_params plumb_ctx_default_params(void) {
+    return (plumb_ctx_params){.n_ctx = 0, .n_threads = 0, .exact = 0, .n_seq_max = 1};
+}
 
-#define N_BATCH 64 /* tokens per forward chunk during prefill */
+#define N_BATCH 64 /* tokens per forward chunk */
 
 static float *scratch(plumb_ctx *c, size_t n_floats, const char *what) {
     float *p = plumb_calloc(n_floats * sizeof(float), what);
@@ -155,20 +157,27 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     }
     c->model = m;
     c->p = p ? *p : plumb_ctx_default_params();
-    if (c->p.n_ctx < 0) {
-        plumb_set_error("context size %d is negative", c->p.n_ctx);
+    if (c->p.n_ctx < 0 || c->p.n_seq_max < 0 || c->p.n_seq_max > 4096) {
+        plumb_set_error("invalid context parameters (n_ctx %d, n_seq_max %d)", c->p.n_ctx, c->p.n_seq_max);
         free(c);
         return NULL;
     }
-    c->n_ctx = c->p.n_ctx ? c->p.n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int n_ctx = c->p.n_ctx ? c->p.n_ctx : (hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    c->n_kv_blocks = (n_ctx + PLUMB_KV_BLOCK - 1) / PLUMB_KV_BLOCK;
+    c->n_ctx = n_ctx;
+    c->n_seq_max = c->p.n_seq_max ? c->p.n_seq_max : 1;
     if (c->p.n_threads > 0) omp_set_num_threads(c->p.n_threads);
     c->kv_dim = hp->n_head_kv * hp->head_dim;
     c->n_batch = N_BATCH;
-    size_t kv = (size_t)hp->n_layer * (size_t)c->n_ctx * (size_t)c->kv_dim;
+    size_t kv = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)hp->n_layer * (size_t)c->kv_dim;
     size_t nb = (size_t)c->n_batch;
     int n_threads = omp_get_max_threads();
-    c->k_cache = scratch(c, kv, "KV cache (keys)");
-    c->v_cache = scratch(c, kv, "KV cache (values)");
+    c->k_pool = scratch(c, kv, "KV cache (keys)");
+    c->v_pool = scratch(c, kv, "KV cache (values)");
+    c->free_blocks = malloc(sizeof(int) * (size_t)c->n_kv_blocks);
+    c->seqs = calloc((size_t)c->n_seq_max, sizeof(plumb_seq));
+    for (int i = 0; c->free_blocks && i < c->n_kv_blocks; i++) c->free_blocks[i] = c->n_kv_blocks - 1 - i;
+    c->n_free = c->n_kv_blocks;
     c->x = scratch(c, nb * (size_t)hp->n_embd, "activations");
     c->xb = scratch(c, nb * (size_t)hp->n_embd, "activations");
     c->q = scratch(c, nb * (size_t)hp->n_embd, "queries");
@@ -195,8 +204,8 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->act_buf_bytes = act;
     c->act_buf = act ? plumb_alloc(act, "quantized activations") : NULL;
     c->bytes += act;
-    if (!c->k_cache || !c->v_cache || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out || !c->hb ||
-        !c->hb2 || !c->att || !c->logits || (act && !c->act_buf)) {
+    if (!c->k_pool || !c->v_pool || !c->free_blocks || !c->seqs || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out ||
+        !c->hb || !c->hb2 || !c->att || !c->logits || (act && !c->act_buf)) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s (context of %d positions needs %.1f MiB of KV cache)", plumb_last_error(), c->n_ctx,
                  2.0 * (double)kv * 4 / (1 << 20));
@@ -209,46 +218,139 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
 
 void plumb_ctx_free(plumb_ctx *c) {
     if (!c) return;
-    float *bufs[] = {c->k_cache, c->v_cache, c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
+    float *bufs[] = {c->k_pool, c->v_pool, c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
+    for (int i = 0; c->seqs && i < c->n_seq_max; i++) free(c->seqs[i].blocks);
+    free(c->seqs);
+    free(c->free_blocks);
     free(c);
 }
 
 int plumb_ctx_n_ctx(const plumb_ctx *c) { return c->n_ctx; }
 size_t plumb_ctx_bytes(const plumb_ctx *c) { return c->bytes; }
 
-static int eval(plumb_ctx *c, const plumb_token *tokens, int n, int pos, int all) {
+/* ---- sequences and their KV blocks ---- */
+
+int plumb_seq_open(plumb_ctx *c) {
+    for (int i = 0; i < c->n_seq_max; i++)
+        if (!c->seqs[i].open) {
+            plumb_seq *s = &c->seqs[i];
+            if (!s->blocks) s->blocks = malloc(sizeof(int) * (size_t)c->n_kv_blocks);
+            if (!s->blocks) return plumb_set_error("out of memory");
+            s->open = 1;
+            s->n_pos = 0;
+            s->n_blocks = 0;
+            return i;
+        }
+    return plumb_set_error("all %d sequences are in use", c->n_seq_max);
+}
+
+void plumb_seq_close(plumb_ctx *c, int seq) {
+    if (seq < 0 || seq >= c->n_seq_max || !c->seqs[seq].open) return;
+    plumb_seq *s = &c->seqs[seq];
+    for (int i = 0; i < s->n_blocks; i++) c->free_blocks[c->n_free++] = s->blocks[i];
+    s->n_blocks = s->n_pos = 0;
+    s->open = 0;
+}
+
+int plumb_seq_length(const plumb_ctx *c, int seq) {
+    return seq >= 0 && seq < c->n_seq_max && c->seqs[seq].open ? c->seqs[seq].n_pos : -1;
+}
+
+void plumb_seq_truncate(plumb_ctx *c, int seq, int n_pos) {
+    if (seq >= 0 && seq < c->n_seq_max && c->seqs[seq].open && n_pos >= 0 && n_pos < c->seqs[seq].n_pos) c->seqs[seq].n_pos = n_pos;
+}
+
+int plumb_kv_free_positions(const plumb_ctx *c) { return c->n_free * PLUMB_KV_BLOCK; }
+
+int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
+    const int n = b->n, nv = c->model->hp.n_vocab;
     if (n <= 0) return plumb_set_error("nothing to evaluate");
-    if (pos < 0 || pos > c->n_ctx - n)
-        return plumb_set_error("context full: positions %d..%d exceed the context size %d (-c)", pos, pos + n - 1, c->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->model->hp.n_vocab)
-            return plumb_set_error("token id %d outside the vocabulary (%d)", tokens[i], c->model->hp.n_vocab);
-    if (all && n > c->n_logits) {
-        float *nl = plumb_alloc((size_t)n * (size_t)c->model->hp.n_vocab * sizeof(float), "logits");
+    /* validate everything, and count the blocks needed, before changing anything */
+    int need = 0, n_out = 0;
+    int *extra = calloc((size_t)c->n_seq_max, sizeof(int)); /* blocks each sequence will need */
+    if (!extra) return plumb_set_error("out of memory");
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const int s = b->seq[i], p = b->pos[i];
+        if (s < 0 || s >= c->n_seq_max || !c->seqs[s].open) rc = plumb_set_error("token %d: sequence %d is not open", i, s);
+        else if (b->tokens[i] < 0 || b->tokens[i] >= nv) rc = plumb_set_error("token id %d outside the vocabulary (%d)", b->tokens[i], nv);
+        else if (p < 0 || p >= c->n_ctx) rc = plumb_set_error("context full: position %d exceeds the context size %d (-c)", p, c->n_ctx);
+        else if (p > c->seqs[s].n_pos + i) rc = plumb_set_error("token %d: position %d leaves a gap after %d cached positions", i, p, c->seqs[s].n_pos);
+        else {
+            const int blocks = p / PLUMB_KV_BLOCK + 1 - c->seqs[s].n_blocks;
+            if (blocks > extra[s]) { need += blocks - extra[s]; extra[s] = blocks; }
+        }
+        if (!b->logits ? i == n - 1 : b->logits[i] != 0) n_out++;
+    }
+    free(extra);
+    if (rc) return rc;
+    if (need > c->n_free) {
+        plumb_set_error("KV cache full: %d more blocks needed, %d free (context %d positions)", need, c->n_free, c->n_ctx);
+        return PLUMB_ERR_KV_FULL;
+    }
+    for (int i = 0; i < n; i++) {
+        plumb_seq *s = &c->seqs[b->seq[i]];
+        while (s->n_blocks <= b->pos[i] / PLUMB_KV_BLOCK) s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
+        if (b->pos[i] + 1 > s->n_pos) s->n_pos = b->pos[i] + 1;
+    }
+    if (n_out > c->n_logits) {
+        float *nl = plumb_alloc((size_t)n_out * (size_t)nv * sizeof(float), "logits");
         if (!nl) return -1;
         plumb_dealloc(c->logits);
         c->logits = nl;
-        c->n_logits = n;
+        c->n_logits = n_out;
     }
-    for (int done = 0; done < n; done += c->n_batch) {
-        int chunk = n - done < c->n_batch ? n - done : c->n_batch;
-        float *out = all ? c->logits + (size_t)done * (size_t)c->model->hp.n_vocab : c->logits;
-        int rc = llama_forward(c, tokens + done, chunk, pos + done, out, all);
-        if (rc) return rc;
+    int8_t *want = malloc((size_t)n);
+    if (!want) return plumb_set_error("out of memory");
+    for (int i = 0; i < n; i++) want[i] = b->logits ? b->logits[i] != 0 : i == n - 1;
+    int out = 0;
+    for (int done = 0; done < n && !rc; done += c->n_batch) {
+        const int chunk = n - done < c->n_batch ? n - done : c->n_batch;
+        rc = llama_forward(c, b->tokens + done, b->pos + done, b->seq + done, chunk, want + done, c->logits + (size_t)out * (size_t)nv);
+        for (int i = done; i < done + chunk; i++) out += want[i];
     }
-    c->n_logits_valid = all ? n : 1;
-    return 0;
+    free(want);
+    c->n_logits_valid = rc ? 0 : n_out;
+    return rc;
+}
+
+const float *plumb_batch_logits(const plumb_ctx *c, int i) {
+    if (i < 0 || i >= c->n_logits_valid) return NULL;
+    return c->logits + (size_t)i * (size_t)c->model->hp.n_vocab;
+}
+
+/* single-sequence convenience: sequence 0 */
+static int eval(plumb_ctx *c, const plumb_token *tokens, int n, int pos, int all) {
+    if (n <= 0) return plumb_set_error("nothing to evaluate");
+    if (!c->seqs[0].open && plumb_seq_open(c) != 0) return plumb_set_error("sequence 0 is not available");
+    if (pos < 0 || pos > c->n_ctx - n)
+        return plumb_set_error("context full: positions %d..%d exceed the context size %d (-c)", pos, pos + n - 1, c->n_ctx);
+    if (pos > c->seqs[0].n_pos) return plumb_set_error("position %d leaves a gap after %d cached positions", pos, c->seqs[0].n_pos);
+    c->seqs[0].n_pos = pos; /* evaluating at pos replaces what followed */
+    int *ps = malloc(sizeof(int) * (size_t)n), *ss = calloc((size_t)n, sizeof(int));
+    int8_t *want = malloc((size_t)n);
+    int rc = ps && ss && want ? 0 : plumb_set_error("out of memory");
+    for (int i = 0; !rc && i < n; i++) {
+        ps[i] = pos + i;
+        want[i] = all || i == n - 1;
+    }
+    if (!rc) {
+        plumb_batch b = {n, tokens, ps, ss, want};
+        rc = plumb_decode(c, &b);
+        if (rc == PLUMB_ERR_KV_FULL) rc = -1;
+    }
+    free(ps);
+    free(ss);
+    free(want);
+    return rc;
 }
 
 int plumb_eval(plumb_ctx *c, const plumb_token *tokens, int n, int pos) { return eval(c, tokens, n, pos, 0); }
 int plumb_eval_all_logits(plumb_ctx *c, const plumb_token *tokens, int n, int pos) { return eval(c, tokens, n, pos, 1); }
 
 const float *plumb_get_logits(const plumb_ctx *c) {
-    return c->logits + (size_t)(c->n_logits_valid - 1) * (size_t)c->model->hp.n_vocab;
+    return c->n_logits_valid ? c->logits + (size_t)(c->n_logits_valid - 1) * (size_t)c->model->hp.n_vocab : c->logits;
 }
-const float *plumb_get_logits_ith(const plumb_ctx *c, int i) {
-    if (i < 0 || i >= c->n_logits_valid) return NULL;
-    return c->logits + (size_t)i * (size_t)c->model->hp.n_vocab;
-}
+const float *plumb_get_logits_ith(const plumb_ctx *c, int i) { return plumb_batch_logits(c, i); }

@@ -62,28 +62,51 @@ struct plumb_model {
     int vocab_only;
 };
 
+/* Paged KV cache: positions live in fixed-size blocks taken from one pool;
+ * each sequence has a table of its blocks, so sequences of different
+ * lengths share the memory without fragmenting it. */
+#define PLUMB_KV_BLOCK 16
+
+typedef struct {
+    int open;
+    int n_pos;     /* positions written (the sequence's length) */
+    int n_blocks;
+    int *blocks;   /* block ids, in position order */
+} plumb_seq;
+
 struct plumb_ctx {
     plumb_model *model;
     plumb_ctx_params p;
-    int n_ctx;
+    int n_ctx;       /* KV positions in all, across sequences */
     int kv_dim;
-    float *k_cache, *v_cache; /* [n_layer][n_ctx][kv_dim] */
+    int n_kv_blocks;
+    float *k_pool, *v_pool; /* [block][n_layer][PLUMB_KV_BLOCK][kv_dim] */
+    int *free_blocks, n_free;
+    int n_seq_max;
+    plumb_seq *seqs;
     /* scratch for a batch of up to n_batch tokens */
     int n_batch;
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2, *att; /* see llama.c */
-    float *logits;   /* [n_batch][n_vocab] when all logits kept, else [n_vocab] */
+    float *logits;      /* [rows][n_vocab] */
     int n_logits;       /* rows the logits buffer holds */
     int n_logits_valid; /* rows the last eval wrote */
-    void *act_buf;   /* quantized activations */
+    void *act_buf;      /* quantized activations */
     size_t act_buf_bytes;
     size_t bytes;
 };
 
+/* Key (or value) vector of sequence position pos, layer l. */
+static inline float *kv_at(const plumb_ctx *c, float *pool, const plumb_seq *s, int l, int pos) {
+    const int block = s->blocks[pos / PLUMB_KV_BLOCK];
+    return pool + (((size_t)block * c->model->hp.n_layer + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * (size_t)c->kv_dim;
+}
+
 /* Architecture hooks (models/llama.c). */
 int llama_load_hparams(plumb_model *m);
 int llama_bind_tensors(plumb_model *m);
-/* Runs n <= c->n_batch tokens; writes logits of every token (all) or of the
- * last one into logits_out. */
-int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float *logits_out, int all);
+/* Runs n <= c->n_batch tokens, token t of sequence seq[t] at position pos[t]
+ * (blocks already allocated); for each t with want[t], writes a row of
+ * logits to logits_out, in batch order. */
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out);
 
 #endif

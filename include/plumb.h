@@ -93,10 +93,11 @@ int plumb_token_is_end_of_turn(const plumb_model *m, plumb_token t);
 /* ---- inference context ---- */
 
 typedef struct {
-    int n_ctx;       /* KV cache positions; 0 = min(model's training context, 4096) */
+    int n_ctx;       /* KV cache positions in all; 0 = min(model's training context, 4096) */
     int n_threads;   /* 0 = all cores this process may use */
     int exact;       /* 1: dequantize weights and multiply in f32 (reference path);
                         0: quantize activations to int8 and use integer dot products */
+    int n_seq_max;   /* sequences that can be open at once (0 = 1) */
 } plumb_ctx_params;
 
 plumb_ctx_params plumb_ctx_default_params(void);
@@ -111,6 +112,31 @@ int plumb_eval(plumb_ctx *c, const plumb_token *tokens, int n, int pos);
 int plumb_eval_all_logits(plumb_ctx *c, const plumb_token *tokens, int n, int pos);
 const float *plumb_get_logits(const plumb_ctx *c);
 const float *plumb_get_logits_ith(const plumb_ctx *c, int i);
+
+/* ---- several sequences in one batch (continuous batching) ----
+ * plumb_eval and friends use sequence 0. A server opens one sequence per
+ * request and runs one batch per step holding every active sequence's next
+ * tokens, so the weights are read once per step for all of them. */
+
+#define PLUMB_ERR_KV_FULL (-2) /* plumb_decode: not enough free KV blocks (nothing was run) */
+
+typedef struct {
+    int n;
+    const plumb_token *tokens;
+    const int *pos;     /* position of each token in its sequence */
+    const int *seq;     /* sequence of each token */
+    const int8_t *logits; /* which tokens need logits (NULL: only the last) */
+} plumb_batch;
+
+int plumb_seq_open(plumb_ctx *c);             /* a free sequence id, or -1 */
+void plumb_seq_close(plumb_ctx *c, int seq);  /* frees its KV blocks */
+int plumb_seq_length(const plumb_ctx *c, int seq);
+/* Forgets positions >= n_pos of a sequence (their blocks are kept). */
+void plumb_seq_truncate(plumb_ctx *c, int seq, int n_pos);
+int plumb_kv_free_positions(const plumb_ctx *c); /* positions in free blocks */
+int plumb_decode(plumb_ctx *c, const plumb_batch *b);
+/* Logits of the i-th token that asked for them, in batch order. */
+const float *plumb_batch_logits(const plumb_ctx *c, int i);
 
 /* ---- sampling ---- */
 

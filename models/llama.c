@@ -161,23 +161,23 @@ static void add_bias(float *x, const plumb_matrix *b, int n_tok) {
         for (int64_t i = 0; i < b->cols; i++) x[t * b->cols + i] += bv[i];
 }
 
-/* Causal attention for a batch: token t (at position pos+t) attends to cache
- * positions 0..pos+t. Parallel over (token, head). */
-static void attention(plumb_ctx *c, int l, int n, int pos) {
+/* Causal attention for a batch: token t of sequence seq[t] at position
+ * pos[t] attends to that sequence's positions 0..pos[t] through its block
+ * table. Parallel over (token, head). */
+static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq) {
     const plumb_hparams *hp = &c->model->hp;
     const plumb_kernels *k = plumb_kernels_active();
-    const int hd = hp->head_dim, kv_dim = c->kv_dim, group = hp->n_head / hp->n_head_kv;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    const float *kc = c->k_cache + (size_t)l * c->n_ctx * kv_dim;
-    const float *vc = c->v_cache + (size_t)l * c->n_ctx * kv_dim;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int th = 0; th < n * hp->n_head; th++) {
-        const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos + t + 1;
+        const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos[t] + 1;
+        const plumb_seq *s = &c->seqs[seq[t]];
         const float *q = c->q + (size_t)t * hp->n_embd + h * hd;
         float *att = c->att + (size_t)omp_get_thread_num() * c->n_ctx;
         float max = -INFINITY;
         for (int p = 0; p < len; p++) {
-            att[p] = k->dot_f32(hd, q, kc + (size_t)p * kv_dim + kvh * hd) * scale;
+            att[p] = k->dot_f32(hd, q, kv_at(c, c->k_pool, s, l, p) + kvh * hd) * scale;
             if (att[p] > max) max = att[p];
         }
         float sum = 0;
@@ -188,7 +188,7 @@ static void attention(plumb_ctx *c, int l, int n, int pos) {
         float *out = c->att_out + (size_t)t * hp->n_embd + h * hd;
         memset(out, 0, sizeof(float) * (size_t)hd);
         for (int p = 0; p < len; p++) {
-            const float a = att[p] / sum, *v = vc + (size_t)p * kv_dim + kvh * hd;
+            const float a = att[p] / sum, *v = kv_at(c, c->v_pool, s, l, p) + kvh * hd;
             for (int i = 0; i < hd; i++) out[i] += a * v[i];
         }
     }
@@ -196,7 +196,7 @@ static void attention(plumb_ctx *c, int l, int n, int pos) {
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float *logits_out, int all) {
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out) {
     const plumb_model *m = c->model;
     const plumb_hparams *hp = &m->hp;
     const int d = hp->n_embd, kv_dim = c->kv_dim, ff = hp->n_ff, exact = c->p.exact;
@@ -205,10 +205,10 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float
     /* x[t] = token embedding                                 x: [n][d] */
     for (int t = 0; t < n; t++) plumb_matrix_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * d);
 
-    /* RoPE angles for each position of the batch (same for every layer) */
+    /* RoPE angles for each token's position (the same for every layer) */
     for (int t = 0; t < n; t++)
         for (int i = 0; i < hp->n_rot / 2; i++) {
-            double theta = (double)(pos + t) * pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot);
+            double theta = (double)pos[t] * pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot);
             cs[t][i] = (float)cos(theta);
             sn[t][i] = (float)sin(theta);
         }
@@ -227,13 +227,12 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float
         for (int t = 0; t < n; t++) {
             rope(c->q + (size_t)t * d, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_neox, cs[t], sn[t]);
             rope(c->k + (size_t)t * kv_dim, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox, cs[t], sn[t]);
+            /* this token's key and value go to its sequence's cache */
+            const plumb_seq *s = &c->seqs[seq[t]];
+            memcpy(kv_at(c, c->k_pool, s, l, pos[t]), c->k + (size_t)t * kv_dim, sizeof(float) * (size_t)kv_dim);
+            memcpy(kv_at(c, c->v_pool, s, l, pos[t]), c->v + (size_t)t * kv_dim, sizeof(float) * (size_t)kv_dim);
         }
-        /* append this batch's keys and values to the cache */
-        float *kc = c->k_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
-        float *vc = c->v_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
-        memcpy(kc, c->k, sizeof(float) * (size_t)n * kv_dim);
-        memcpy(vc, c->v, sizeof(float) * (size_t)n * kv_dim);
-        attention(c, l, n, pos);                                        /* att_out: [n][d] */
+        attention(c, l, n, pos, seq);                                   /* att_out: [n][d] */
         plumb_matmul(&L->wo, c->att_out, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
 
@@ -246,10 +245,10 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, int n, int pos, float
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
     }
 
-    /* final norm and output projection (all tokens, or only the last) */
-    const int first = all ? 0 : n - 1, n_out = all ? n : 1;
-    for (int t = first; t < n; t++)
-        rmsnorm(c->xb + (size_t)(t - first) * d, c->x + (size_t)t * d, m->output_norm.data, d, hp->rms_eps);
-    plumb_matmul(&m->output, c->xb, n_out, logits_out, c->act_buf, exact); /* [n_out][n_vocab] */
+    /* final norm and output projection, for the tokens that want logits */
+    int n_out = 0;
+    for (int t = 0; t < n; t++)
+        if (want[t]) rmsnorm(c->xb + (size_t)(n_out++) * d, c->x + (size_t)t * d, m->output_norm.data, d, hp->rms_eps);
+    if (n_out) plumb_matmul(&m->output, c->xb, n_out, logits_out, c->act_buf, exact); /* [n_out][n_vocab] */
     return 0;
 }

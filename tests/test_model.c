@@ -211,3 +211,54 @@ Test(model, synthetic_models_run) {
         remove(out);
     }
 }
+
+/* Several sequences in one batch give the logits each gets alone, and the
+ * paged KV cache gives its blocks back. */
+Test(model, batched_sequences_match_single) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = 256;
+    cp.n_seq_max = 3;
+    plumb_ctx *c = plumb_ctx_new(m, &cp), *single = plumb_ctx_new(m, NULL);
+    cr_assert(m && c && single);
+    const int s0 = plumb_seq_open(c), s1 = plumb_seq_open(c), s2 = plumb_seq_open(c);
+    cr_assert(s0 >= 0 && s1 >= 0 && s2 >= 0);
+    cr_expect_lt(plumb_seq_open(c), 0, "a fourth sequence must be refused");
+    const int free0 = plumb_kv_free_positions(c);
+    /* prompts of lengths 5, 20 and 3, all prefilled in one batch */
+    int toks[28], pos[28], seq[28];
+    int8_t want[28] = {0};
+    const int len[3] = {5, 20, 3}, ids[3] = {s0, s1, s2};
+    int n = 0, last[3];
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < len[s]; i++, n++) {
+            toks[n] = (s * 97 + i * 31 + 7) % 512;
+            pos[n] = i;
+            seq[n] = ids[s];
+            if (i == len[s] - 1) { want[n] = 1; last[s] = n; }
+        }
+    plumb_batch b = {n, toks, pos, seq, want};
+    cr_assert_eq(plumb_decode(c, &b), 0, "%s", plumb_last_error());
+    cr_expect_eq(plumb_kv_free_positions(c), free0 - 16 * (1 + 2 + 1));
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(plumb_eval(single, toks + last[s] - len[s] + 1, len[s], 0), 0);
+        const float *a = plumb_batch_logits(c, s), *e = plumb_get_logits(single);
+        float maxd = 0;
+        for (int v = 0; v < 512; v++) maxd = fmaxf(maxd, fabsf(a[v] - e[v]));
+        cr_expect_lt(maxd, 1e-3f, "sequence %d differs by %g", s, maxd);
+    }
+    plumb_seq_close(c, s1);
+    cr_expect_eq(plumb_kv_free_positions(c), free0 - 16 * 2);
+    /* asking for more blocks than are free is refused without changes */
+    int big_t[251], big_p[251], big_s[251];
+    for (int i = 0; i < 251; i++) { big_t[i] = 5; big_p[i] = 5 + i; big_s[i] = s0; }
+    plumb_batch bb = {251, big_t, big_p, big_s, NULL};
+    int before = plumb_kv_free_positions(c);
+    cr_expect_eq(plumb_decode(c, &bb), PLUMB_ERR_KV_FULL, "%s", plumb_last_error());
+    cr_expect_eq(plumb_kv_free_positions(c), before);
+    plumb_ctx_free(c);
+    plumb_ctx_free(single);
+    plumb_model_free(m);
+}
