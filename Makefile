@@ -17,10 +17,10 @@ SAN_FLAGS ?=
 # project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
 ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
-LDLIBS   += -lpcre2-8 -ljansson -lcrypto -lm -ldl -lpthread
+LDLIBS   += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lcrypto -lm -ldl -lpthread
 
 LIB_SRC  := $(wildcard core/*.c quant/*.c simd/*.c models/*.c)
-CLI_SRC  := $(wildcard cli/*.c) bench/stats.c bench/sysinfo.c bench/harness.c bench/report.c
+CLI_SRC  := $(wildcard cli/*.c) bench/stats.c bench/sysinfo.c bench/harness.c bench/report.c $(wildcard server/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)

@@ -14,6 +14,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_loadtest(int argc, char **argv);
 
 /* Prints "plumb <cmd>: message" to stderr and returns 1 (the exit code). */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

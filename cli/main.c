@@ -14,6 +14,8 @@ typedef struct {
 static const command commands[] = {
     {"run", cmd_run, "generate text: plumb run -m MODEL.gguf -p PROMPT [-n N] [-t T] [--temp T] ..."},
     {"chat", cmd_chat, "interactive chat through the model's chat template: plumb chat -m MODEL.gguf [--system TEXT]"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching: plumb serve -m MODEL.gguf [--port 8080 --parallel 4]"},
+    {"loadtest", cmd_loadtest, "sweep concurrency against an OpenAI-compatible server: plumb loadtest --url URL --model NAME"},
     {"bench", cmd_bench, "measure speed honestly: plumb bench [-m MODEL --types f16,q8_0,q4_0 -t 1,all -p 128 -n 64 --reps 5]"},
     {"compare", cmd_compare, "speedups between two bench records, refusing unlike conditions: plumb compare A.json B.json"},
     {"perplexity", cmd_perplexity, "quality: plumb perplexity -m MODEL -f TEXT [-c CTX] [--kl-base F | --kl F]"},

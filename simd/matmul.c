@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../core/util.h"
 #include "kernels.h"
@@ -183,5 +185,11 @@ int plumb_matrix_repack(plumb_matrix *W) {
         plumb_repack8(W->type, (const uint8_t *)W->data + (size_t)g * 8 * W->row_bytes, W->row_bytes, W->cols,
                       p + (size_t)g * 8 * W->row_bytes);
     W->packed = p;
+    /* The fast path reads only the copy now: give the original's pages back
+     * (they are file-backed, so the exact path can still fault them in),
+     * so the process holds the weights once, not twice. */
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)W->data + page - 1) & ~(page - 1),
+                    hi = ((uintptr_t)W->data + (size_t)W->rows * W->row_bytes) & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
     return 0;
 }
