@@ -117,6 +117,10 @@ static void observe(long *buckets, const double *bounds, int nb, double v) {
 
 static void retire(engine *e, int i) {
     request *r = e->active[i];
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) finish(r, "cancelled");
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
     plumb_seq_close(e->ctx, r->seq);
     e->free_reserve += r->reserved_blocks;
     e->active[i] = e->active[--e->n_active];
@@ -290,9 +294,10 @@ engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max
     return e;
 }
 
-void engine_free(engine *e) {
+void engine_shutdown(engine *e) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
+    if (e->stop) { pthread_mutex_unlock(&e->mu); return; }
     e->stop = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -317,6 +322,13 @@ void engine_free(engine *e) {
         pthread_mutex_unlock(&r->mu);
         retire(e, 0);
     }
+    e->queue_head = e->queue_tail = NULL;
+    e->queue_len = 0;
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    engine_shutdown(e);
     plumb_ctx_free(e->ctx);
     free(e->active);
     pthread_mutex_destroy(&e->mu);
@@ -334,6 +346,11 @@ int engine_submit(engine *e, request *r) {
         return 400;
     }
     pthread_mutex_lock(&e->mu);
+    if (e->stop) {
+        pthread_mutex_unlock(&e->mu);
+        snprintf(r->error, sizeof r->error, "server shutting down");
+        return 503;
+    }
     e->st.requests_total++;
     if (e->queue_len >= e->max_queue) {
         e->st.requests_rejected++;

@@ -57,6 +57,10 @@ typedef struct {
 typedef struct engine engine;
 
 engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact);
+/* Stops the scheduler and fails every pending request (503), so waiting
+ * handlers return; later submissions are refused. engine_free after the
+ * HTTP side has stopped. */
+void engine_shutdown(engine *e);
 void engine_free(engine *e);
 /* Queues a request (refs taken). Returns 0, or an HTTP status (400 context,
  * 503 queue full) with r->error set. */

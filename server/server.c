@@ -585,8 +585,9 @@ int plumb_serve(const plumb_serve_opts *o) {
     fprintf(stderr, "plumb serve: shutting down\n");
     pthread_join(lt, NULL);
     MHD_quiesce_daemon(d);
-    engine_free(s.eng); /* fails anything still waiting, so handlers return */
+    engine_shutdown(s.eng); /* fails anything still waiting, so handlers return */
     MHD_stop_daemon(d);
+    engine_free(s.eng);
     plumb_model_free(s.model);
     pthread_mutex_destroy(&s.mu);
     return s.load_error[0] ? 1 : 0;
