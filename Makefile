@@ -4,6 +4,7 @@
 #   make check-asan   the same suite under AddressSanitizer + UBSan
 #   make fuzz         libFuzzer target for the GGUF reader (clang), short run
 #   make neon-test    cross-build for aarch64 and run the kernel tests under qemu
+#   make node-test    the server driven by the official openai npm client
 #   make check        all of the above: what CI runs
 #   make demo         build, write a small synthetic model (once) and generate from it
 
@@ -28,7 +29,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check check-asan fuzz neon-test demo bench-kernels clean
+.PHONY: all test check check-asan fuzz neon-test node-test demo bench-kernels clean
 all: $(BIN)
 
 $(BUILD)/%.o: %.c
@@ -76,7 +77,11 @@ neon-test:
 $(BUILD)/kernel-tests: tests/kernel_check.c $(BUILD)/libplumb.a
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 
-check: test check-asan neon-test fuzz
+check: test check-asan neon-test fuzz node-test
+
+# the server driven by the official openai npm client (tests/server/)
+node-test: $(BIN)
+	cd tests/server && npm ci --silent --no-audit --no-fund && PLUMB_BIN=$(BIN) node --test openai.test.mjs
 
 DEMO_MODEL := models-cache/mini-60m-q8_0.gguf
 $(DEMO_MODEL): | $(BIN)
