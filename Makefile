@@ -51,7 +51,7 @@ test: $(BIN) $(BUILD)/plumb-tests
 
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 check-asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/plumb OPT=-O1 SAN_FLAGS="$(SAN)" test
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp $(MAKE) BUILD=build-asan BIN=build-asan/plumb OPT=-O1 SAN_FLAGS="$(SAN)" test
 
 FUZZ_SECONDS ?= 30
 # seeds: small valid files of several types, written by plumb itself

@@ -86,6 +86,7 @@ static const plumb_kernels avx2 = {
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2},
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
 };
@@ -106,6 +107,7 @@ static const plumb_kernels avx2_vnni = {
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
 };

@@ -24,6 +24,8 @@ typedef struct {
 typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
 /* eight rows of a repacked group (quant/repack.c) at once: out[0..8) */
 typedef void (*plumb_dot8_fn)(int n, const void *w_group, const void *act, float *out);
+/* the same for nt <= 4 tokens at once: out[t][0..8) from act[t] */
+typedef void (*plumb_gemm8_fn)(int n, const void *w_group, const void *const *act, float *const *out, int nt);
 
 typedef struct {
     const char *name;
@@ -34,6 +36,7 @@ typedef struct {
     plumb_dot_fn dot[PLUMB_TYPE_COUNT];
     /* kernels over 8-row repacked groups; NULL where the table has none */
     plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
+    plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
 } plumb_kernels;

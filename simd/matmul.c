@@ -132,13 +132,26 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
         /* eight rows at a time over the repacked copy */
         const plumb_dot8_fn dot8 = k->dot8[W->type];
         const size_t group_bytes = 8 * W->row_bytes;
+        const plumb_gemm8_fn gemm8 = k->gemm8[W->type];
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < rows / 8; g++) {
             const uint8_t *wg = (const uint8_t *)W->packed + (size_t)g * group_bytes;
-            for (int t = 0; t < n_tok; t++) {
-                float out[8];
-                dot8((int)cols, wg, (uint8_t *)act_buf + (size_t)t * act_row, out);
-                memcpy(y + (size_t)t * rows + 8 * g, out, sizeof out);
+            if (n_tok == 1 || !gemm8) {
+                for (int t = 0; t < n_tok; t++) {
+                    float out[8];
+                    dot8((int)cols, wg, (uint8_t *)act_buf + (size_t)t * act_row, out);
+                    memcpy(y + (size_t)t * rows + 8 * g, out, sizeof out);
+                }
+                continue;
+            }
+            for (int t0 = 0; t0 < n_tok; t0 += 4) { /* four tokens share each weight load */
+                const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;
+                float out[4][8];
+                const void *acts[4];
+                float *outs[4] = {out[0], out[1], out[2], out[3]};
+                for (int t = 0; t < nt; t++) acts[t] = (uint8_t *)act_buf + (size_t)(t0 + t) * act_row;
+                gemm8((int)cols, wg, acts, outs, nt);
+                for (int t = 0; t < nt; t++) memcpy(y + (size_t)(t0 + t) * rows + 8 * g, out[t], sizeof out[t]);
             }
         }
         return;
