@@ -189,6 +189,7 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
         memset(out, 0, sizeof(float) * (size_t)hd);
         for (int p = 0; p < len; p++) {
             const float a = att[p] / sum, *v = kv_at(c, c->v_pool, s, l, p) + kvh * hd;
+#pragma omp simd
             for (int i = 0; i < hd; i++) out[i] += a * v[i];
         }
     }

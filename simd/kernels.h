@@ -24,8 +24,8 @@ typedef struct {
 typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
 /* eight rows of a repacked group (quant/repack.c) at once: out[0..8) */
 typedef void (*plumb_dot8_fn)(int n, const void *w_group, const void *act, float *out);
-/* the same for nt <= 4 tokens at once: out[t][0..8) from act[t] */
-typedef void (*plumb_gemm8_fn)(int n, const void *w_group, const void *const *act, float *const *out, int nt);
+/* the same for four tokens at once: out[t][0..8) from act[t], t < 4 */
+typedef void (*plumb_gemm8_fn)(int n, const void *w_group, const void *const *act, float *const *out);
 
 typedef struct {
     const char *name;

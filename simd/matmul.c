@@ -144,14 +144,19 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
                 }
                 continue;
             }
-            for (int t0 = 0; t0 < n_tok; t0 += 4) { /* four tokens share each weight load */
-                const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;
+            int t0 = 0;
+            for (; t0 + 4 <= n_tok; t0 += 4) { /* four tokens share each weight load */
                 float out[4][8];
                 const void *acts[4];
                 float *outs[4] = {out[0], out[1], out[2], out[3]};
-                for (int t = 0; t < nt; t++) acts[t] = (uint8_t *)act_buf + (size_t)(t0 + t) * act_row;
-                gemm8((int)cols, wg, acts, outs, nt);
-                for (int t = 0; t < nt; t++) memcpy(y + (size_t)(t0 + t) * rows + 8 * g, out[t], sizeof out[t]);
+                for (int t = 0; t < 4; t++) acts[t] = (uint8_t *)act_buf + (size_t)(t0 + t) * act_row;
+                gemm8((int)cols, wg, acts, outs);
+                for (int t = 0; t < 4; t++) memcpy(y + (size_t)(t0 + t) * rows + 8 * g, out[t], sizeof out[t]);
+            }
+            for (; t0 < n_tok; t0++) {
+                float out[8];
+                dot8((int)cols, wg, (uint8_t *)act_buf + (size_t)t0 * act_row, out);
+                memcpy(y + (size_t)t0 * rows + 8 * g, out, sizeof out);
             }
         }
         return;

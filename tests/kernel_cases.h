@@ -117,7 +117,7 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
         float got[8];
         k->dot8[type](n, p, a, got);
         if (k->gemm8[type]) { /* the multi-token kernel: token tk gets the activations scaled by t+1 */
-            for (int nt = 1; nt <= 4; nt++) {
+            for (int nt = 4; nt <= 4; nt++) {
                 block_q8a *acts[4];
                 float outs[4][8], *op[4] = {outs[0], outs[1], outs[2], outs[3]};
                 for (int tk = 0; tk < nt; tk++) {
@@ -125,7 +125,7 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
                     for (int i = 0; i < n; i++) row[i] = x[i] * (float)(tk + 1);
                     plumb_quantize_q8a(row, acts[tk], n);
                 }
-                k->gemm8[type](n, p, (const void *const *)acts, op, nt);
+                k->gemm8[type](n, p, (const void *const *)acts, op);
                 for (int tk = 0; tk < nt; tk++) {
                     float single[8];
                     k->dot8[type](n, p, acts[tk], single);
