@@ -20,7 +20,7 @@ ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parame
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
 LDLIBS   += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lcrypto -lm -ldl -lpthread
 
-LIB_SRC  := $(wildcard core/*.c quant/*.c simd/*.c models/*.c)
+LIB_SRC  := $(filter-out $(LIB_EXCLUDE),$(wildcard core/*.c quant/*.c simd/*.c models/*.c))
 CLI_SRC  := $(wildcard cli/*.c) bench/stats.c bench/sysinfo.c bench/harness.c bench/report.c $(wildcard server/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -64,14 +64,14 @@ fuzz: $(BUILD)/fuzz-gguf $(BIN)
 	  $(BUILD)/fuzz-corpus $(BUILD)/fuzz-seeds >$(BUILD)/fuzz.log 2>&1 || { tail -60 $(BUILD)/fuzz.log; exit 1; }
 	@grep -E "^Done|number_of_executed_units|new_units_added" $(BUILD)/fuzz.log
 
-$(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c quant/quant.c
+$(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c core/sha256.c quant/quant.c
 	@mkdir -p $(dir $@)
 	clang -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -o $@ $^ -lcrypto -lm
 
 # NEON: cross-compile the kernel tests and run them under qemu-aarch64.
 neon-test:
 	$(MAKE) CC=aarch64-linux-gnu-gcc AR=aarch64-linux-gnu-ar BUILD=build-aarch64 BIN=build-aarch64/plumb \
-	  build-aarch64/libplumb.a build-aarch64/kernel-tests
+	  LIB_EXCLUDE=core/sha256.c LDLIBS="-lm -ldl -lpthread" build-aarch64/libplumb.a build-aarch64/kernel-tests
 	qemu-aarch64 -L /usr/aarch64-linux-gnu build-aarch64/kernel-tests
 
 $(BUILD)/kernel-tests: tests/kernel_check.c $(BUILD)/libplumb.a

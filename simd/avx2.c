@@ -69,6 +69,12 @@ TARGET static float dot_bf16_w(int n, const void *wv, const void *xv) {
     return s;
 }
 
+TARGET static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
+}
+
 #include "avx2_quant.inc"
 
 static const plumb_kernels avx2 = {
@@ -87,6 +93,7 @@ static const plumb_kernels avx2 = {
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2},
+    .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
 };
@@ -108,6 +115,7 @@ static const plumb_kernels avx2_vnni = {
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
+    .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
 };

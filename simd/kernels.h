@@ -37,6 +37,7 @@ typedef struct {
     /* kernels over 8-row repacked groups; NULL where the table has none */
     plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
     plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n); /* with F16C where present */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
 } plumb_kernels;

@@ -1,4 +1,5 @@
 /* matmul.c — kernel selection and the matrix-vector / matrix-matrix driver. */
+#include <dlfcn.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,69 @@ static inline void prefetch_next_row(const plumb_matrix *W, int64_t r, int n_tok
     for (size_t off = 0; off < W->row_bytes; off += 64) __builtin_prefetch(next + off, 0, 3);
 }
 
+/* Float weights at prefill sizes: OpenBLAS sgemm, y = x W^T, on row chunks
+ * (F16/BF16 chunks converted to f32 first: at this batch size the product,
+ * not the conversion, dominates). */
+#define BLAS_MIN_TOKENS 16
+#define BLAS_CHUNK_ROWS 256
+/* OpenBLAS is loaded on first use, not linked: OpenBLAS picks its kernels
+ * when it loads, from the CPU model, and on CPUs it does not recognise
+ * (virtual machines report generic models) it falls back to 2004-era SSE3
+ * code. Loading it ourselves lets us name the kernel family from the
+ * features we detected, unless the user set OPENBLAS_CORETYPE. Without
+ * OpenBLAS the row-at-a-time kernels serve. */
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+static sgemm_fn blas_sgemm;
+static int blas_tried;
+
+static sgemm_fn load_blas(void) {
+    if (blas_tried) return blas_sgemm;
+#pragma omp critical(plumb_blas_load)
+    if (!blas_tried) {
+        if (!getenv("OPENBLAS_CORETYPE")) {
+#if defined(__x86_64__)
+            __builtin_cpu_init();
+            if (__builtin_cpu_supports("avx512f")) setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
+            else if (__builtin_cpu_supports("avx2")) setenv("OPENBLAS_CORETYPE", "Haswell", 0);
+#endif
+        }
+        void *h = getenv("PLUMB_NO_BLAS") ? NULL : dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+        if (h) blas_sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+        blas_tried = 1;
+    }
+    return blas_sgemm;
+}
+
+static void blas_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y) {
+    const plumb_type_traits *tt = plumb_type_get(W->type);
+    const int64_t rows = W->rows, cols = W->cols;
+    if (W->type == PLUMB_TYPE_F32) {
+        blas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, n_tok, (int)rows, (int)cols, 1.0f, x, (int)cols, W->data, (int)cols, 0.0f, y, (int)rows);
+        return;
+    }
+    float *chunk = malloc(sizeof(float) * (size_t)BLAS_CHUNK_ROWS * (size_t)cols);
+    if (!chunk) { /* no memory for the chunk: the row-at-a-time path still works */
+        const plumb_kernels *k = plumb_kernels_active();
+        for (int64_t r = 0; r < rows; r++)
+            for (int t = 0; t < n_tok; t++)
+                y[(size_t)t * rows + r] = k->dot[W->type]((int)cols, (const uint8_t *)W->data + (size_t)r * W->row_bytes, x + (size_t)t * cols);
+        return;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += BLAS_CHUNK_ROWS) {
+        const int nr = (int)(rows - r0 < BLAS_CHUNK_ROWS ? rows - r0 : BLAS_CHUNK_ROWS);
+        const plumb_kernels *k = plumb_kernels_active();
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *src = (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes;
+            if (W->type == PLUMB_TYPE_F16) k->f16_to_f32((const uint16_t *)src, chunk + (size_t)r * cols, cols);
+            else tt->to_float(src, chunk + (size_t)r * cols, cols);
+        }
+        blas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, n_tok, nr, (int)cols, 1.0f, x, (int)cols, chunk, (int)cols, 0.0f, y + r0, (int)rows);
+    }
+    free(chunk);
+}
+
 /* Rows are split into contiguous ranges, one per thread; for each row the
  * weights are read once and applied to every token of the batch, so a
  * prefill batch costs one pass over the weights. */
@@ -159,6 +223,10 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
                 memcpy(y + (size_t)t0 * rows + 8 * g, out, sizeof out);
             }
         }
+        return;
+    }
+    if (tt->act == PLUMB_ACT_F32 && n_tok >= BLAS_MIN_TOKENS && !omp_in_parallel() && load_blas()) {
+        blas_matmul(W, x, n_tok, y);
         return;
     }
     const int dequant_rows = exact && tt->act != PLUMB_ACT_F32;

@@ -56,6 +56,12 @@ static float dot_bf16_w(int n, const void *wv, const void *xv) {
     return s;
 }
 
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x + i))));
+    for (; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
+}
+
 #include "neon_quant.inc"
 
 static const plumb_kernels neon = {
@@ -72,6 +78,7 @@ static const plumb_kernels neon = {
         [PLUMB_TYPE_Q5_K] = NEON_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = NEON_DOT_Q6_K,
     },
+    .f16_to_f32 = f16_to_f32,
     .quantize_q8a = NEON_QUANTIZE_Q8A,
     .quantize_q8K = NEON_QUANTIZE_Q8K,
 };

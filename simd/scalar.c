@@ -30,6 +30,10 @@ static float dot_bf16_w(int n, const void *wv, const void *xv) {
 static void dot8_q8_0(int n, const void *w, const void *a, float *out) { plumb_dot8_ref(PLUMB_TYPE_Q8_0, n, w, a, out); }
 static void dot8_q4_0(int n, const void *w, const void *a, float *out) { plumb_dot8_ref(PLUMB_TYPE_Q4_0, n, w, a, out); }
 
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
+}
+
 static const plumb_kernels scalar = {
     .name = "scalar",
     .dot_f32 = dot_f32,
@@ -46,6 +50,7 @@ static const plumb_kernels scalar = {
     },
     /* the reference for the repacked kernels; too slow to be chosen for real use */
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0, [PLUMB_TYPE_Q4_0] = dot8_q4_0},
+    .f16_to_f32 = f16_to_f32,
     .quantize_q8a = plumb_quantize_q8a,
     .quantize_q8K = plumb_quantize_q8_K,
 };
