@@ -29,8 +29,18 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check check-asan fuzz neon-test node-test demo bench-kernels clean
-all: $(BIN)
+.PHONY: all test check check-asan fuzz neon-test node-test demo bench-kernels cuda clean
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_PLUGIN := libplumb-cuda.so
+all: $(BIN) $(if $(NVCC),$(CUDA_PLUGIN))
+
+# The CUDA plugin, dlopen()ed by plumb (never linked): the GPUs users have
+# (Ampere sm_80/86, Ada sm_89, Hopper sm_90) plus PTX for newer ones.
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+$(CUDA_PLUGIN): plugins/cuda/plumb_cuda.cu core/backend.h
+	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -shared $(CUDA_ARCHS) -o $@ $< -lcublas
+cuda: $(CUDA_PLUGIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -96,6 +106,6 @@ $(BUILD)/bench-kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/bench/stats.o $(
 bench-kernels: $(BUILD)/bench-kernels
 
 clean:
-	rm -rf build build-asan build-aarch64 plumb
+	rm -rf build build-asan build-aarch64 plumb $(CUDA_PLUGIN)
 
 -include $(DEPS)

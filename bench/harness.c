@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,57 +37,96 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
+/* One run = one request per sequence: every sequence gets its prompt
+ * (prefilled together), then cfg->n_gen decode steps each advance all
+ * sequences by one greedy token. With batch 1 that is a plain request. */
 int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
+    const int B = cfg->batch > 0 ? cfg->batch : 1, P = cfg->n_prompt, G = cfg->n_gen;
     plumb_ctx_params cp = plumb_ctx_default_params();
-    cp.n_ctx = cfg->n_prompt + cfg->n_gen + 1;
+    cp.n_ctx = B * (P + G + 16);
     cp.n_threads = cfg->threads;
     cp.exact = cfg->exact;
+    cp.n_seq_max = B;
+    cp.n_gpu_layers = cfg->n_gpu_layers;
     plumb_ctx *c = plumb_ctx_new(m, &cp);
     if (!c) return -1;
-    plumb_token *prompt = malloc(sizeof(plumb_token) * (size_t)cfg->n_prompt);
-    int total = cfg->warmup + cfg->reps, n_itl = 0, rc = 0;
-    double *pre = calloc((size_t)total, sizeof(double)), *dec = calloc((size_t)total, sizeof(double)),
-           *ttft = calloc((size_t)total, sizeof(double)), *e2e = calloc((size_t)total, sizeof(double)),
-           *itl = calloc((size_t)cfg->reps * (size_t)cfg->n_gen + 1, sizeof(double));
-    if (!prompt || !pre || !dec || !ttft || !e2e || !itl) { rc = plumb_set_error("out of memory"); goto out; }
-    bench_prompt(m, cfg->n_prompt, prompt);
-    const int nv = plumb_n_vocab(m);
+    memset(out, 0, sizeof *out);
+    out->gpu_layers = plumb_ctx_gpu_layers(c);
+    snprintf(out->gpu_status, sizeof out->gpu_status, "%s", plumb_ctx_gpu_status(c));
+    if (cfg->n_gpu_layers && !out->gpu_layers) {
+        plumb_set_error("%s", plumb_ctx_gpu_status(c));
+        plumb_ctx_free(c);
+        return -1;
+    }
+    const int total = cfg->warmup + cfg->reps, nv = plumb_n_vocab(m);
+    int n_itl = 0, rc = 0;
+    plumb_token *prompt = malloc(sizeof(plumb_token) * (size_t)P), *toks = malloc(sizeof(plumb_token) * (size_t)B * (size_t)P);
+    int *pos = malloc(sizeof(int) * (size_t)B * (size_t)P), *seq = malloc(sizeof(int) * (size_t)B * (size_t)P), *ids = malloc(sizeof(int) * (size_t)B);
+    int8_t *want = malloc((size_t)B * (size_t)P);
+    plumb_token *cur = malloc(sizeof(plumb_token) * (size_t)B);
+    double *pre = calloc((size_t)total, sizeof(double)), *dec = calloc((size_t)total, sizeof(double)), *ttft = calloc((size_t)total, sizeof(double)),
+           *e2e = calloc((size_t)total, sizeof(double)), *itl = calloc((size_t)cfg->reps * (size_t)G + 1, sizeof(double));
+    if (!prompt || !toks || !pos || !seq || !ids || !want || !cur || !pre || !dec || !ttft || !e2e || !itl) { rc = plumb_set_error("out of memory"); goto out; }
+    bench_prompt(m, P, prompt);
     double measured_s = 0;
     for (int r = 0; r < total && !rc; r++) {
         const int measured = r >= cfg->warmup;
+        for (int s = 0; s < B; s++) {
+            plumb_seq_close(c, s);
+            ids[s] = plumb_seq_open(c);
+        }
+        /* every sequence its own prompt: the shared text, rotated */
+        int n = 0;
+        for (int s = 0; s < B; s++)
+            for (int i = 0; i < P; i++, n++) {
+                toks[n] = i == 0 ? prompt[0] : prompt[1 + (i - 1 + s * 7) % (P > 1 ? P - 1 : 1)];
+                pos[n] = i;
+                seq[n] = ids[s];
+                want[n] = i == P - 1;
+            }
         double t0 = plumb_time_s();
-        if (plumb_eval(c, prompt, cfg->n_prompt, 0)) { rc = -1; break; }
+        plumb_batch pb = {n, toks, pos, seq, want};
+        if (plumb_decode(c, &pb)) { rc = -1; break; }
         double t1 = plumb_time_s();
-        plumb_token tok = argmax(plumb_get_logits(c), nv);
+        for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
         double t_first = plumb_time_s(), t_prev = t_first;
-        for (int i = 0; i < cfg->n_gen; i++) {
-            if (plumb_eval(c, &tok, 1, cfg->n_prompt + i)) { rc = -1; break; }
-            tok = argmax(plumb_get_logits(c), nv);
+        for (int g = 0; g < G && !rc; g++) {
+            for (int s = 0; s < B; s++) {
+                toks[s] = cur[s];
+                pos[s] = P + g;
+                seq[s] = ids[s];
+                want[s] = 1;
+            }
+            plumb_batch db = {B, toks, pos, seq, want};
+            if (plumb_decode(c, &db)) { rc = -1; break; }
+            for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
             double t = plumb_time_s();
             if (measured) itl[n_itl++] = (t - t_prev) * 1e3;
             t_prev = t;
         }
-        pre[r] = cfg->n_prompt / (t1 - t0);
+        pre[r] = (double)B * P / (t1 - t0);
         ttft[r] = (t_first - t0) * 1e3;
-        dec[r] = cfg->n_gen / (t_prev - t_first);
+        dec[r] = (double)B * G / (t_prev - t_first);
         e2e[r] = (t_prev - t0) * 1e3;
         if (measured) measured_s += t_prev - t0;
     }
     if (!rc) {
-        int w = cfg->warmup;
+        const int w = cfg->warmup;
         out->reps = cfg->reps;
-        out->n_prompt = cfg->n_prompt;
-        out->n_gen = cfg->n_gen;
-        out->generated_tokens = (long)cfg->reps * cfg->n_gen;
+        out->n_prompt = P;
+        out->n_gen = G;
+        out->generated_tokens = (long)cfg->reps * G * B;
         out->total_s = measured_s;
         out->prefill_tps = plumb_stats_of(pre + w, cfg->reps);
         out->decode_tps = plumb_stats_of(dec + w, cfg->reps);
         out->ttft_ms = plumb_stats_of(ttft + w, cfg->reps);
         out->e2e_ms = plumb_stats_of(e2e + w, cfg->reps);
         out->itl_ms = plumb_stats_of(itl, n_itl);
+        out->gpu_peak_mib = (double)plumb_ctx_gpu_peak_bytes(c) / 1048576.0;
     }
 out:
-    free(prompt); free(pre); free(dec); free(ttft); free(e2e); free(itl);
+    free(prompt); free(toks); free(pos); free(seq); free(ids); free(want); free(cur);
+    free(pre); free(dec); free(ttft); free(e2e); free(itl);
     plumb_ctx_free(c);
     return rc;
 }

@@ -11,6 +11,8 @@ typedef struct {
     int reps, warmup;
     int threads;
     int exact;
+    int n_gpu_layers;   /* 0: CPU only; -1: all layers on the GPU */
+    int batch;          /* concurrent sequences decoded together (1 = a single request) */
 } bench_config;
 
 typedef struct {
@@ -18,6 +20,9 @@ typedef struct {
     long generated_tokens;  /* over the measured reps */
     double total_s;         /* wall time of the measured reps */
     plumb_stats prefill_tps, decode_tps, ttft_ms, e2e_ms, itl_ms;
+    int gpu_layers;         /* layers that really ran on the GPU */
+    double gpu_peak_mib;
+    char gpu_status[256];
 } bench_result;
 
 /* A fixed prompt of exactly n tokens: a built-in English text tokenized and

@@ -95,3 +95,12 @@ int cli_sampler_flag(int argc, char **argv, int *i, void *params, int *seed_give
     } else return 0;
     return rc ? -1 : 1;
 }
+
+int cli_gpu_layers(int argc, char **argv, int *i, int *out) {
+    if (*i + 1 < argc && strcmp(argv[*i + 1], "all") == 0) {
+        ++*i;
+        *out = -1;
+        return 0;
+    }
+    return cli_int(argc, argv, i, 0, 100000, out);
+}

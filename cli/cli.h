@@ -40,6 +40,9 @@ int cli_sampler_flag(int argc, char **argv, int *i, void *sampler_params, int *s
     "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N (default 64)\n" \
     "  -s, --seed S       sampling seed (default: random, printed)\n"
 
+/* "-ngl" values: a layer count, or "all" (-1). */
+int cli_gpu_layers(int argc, char **argv, int *i, int *out);
+
 /* "-t" values: a number, or "all" / 0 for every core. */
 int cli_threads(int argc, char **argv, int *i, int *out);
 

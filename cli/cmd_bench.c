@@ -13,6 +13,7 @@
 #include "../bench/harness.h"
 #include "../bench/report.h"
 #include "../bench/sysinfo.h"
+#include "../core/backend.h"
 #include "../core/util.h"
 #include "../include/plumb.h"
 #include "../models/convert.h"
@@ -33,6 +34,8 @@ static const char *bench_help =
     "  -t, --threads LIST  e.g. 1,2,all (default 1,all)\n"
     "  -p LIST          prompt lengths in tokens (default 128)\n"
     "  -n N             generated tokens per request, never stopping early (default 64)\n"
+    "  --batch LIST     sequences decoded together, e.g. 1,8,64 (default 1): aggregate tokens/s\n"
+    "  --ngl LIST       layers on the GPU for the cuda backend, e.g. 11,all (default all)\n"
     "  --reps N         measured repetitions (default 3)   --warmup N (default 1)\n"
     "  -o PREFIX        write PREFIX.json and PREFIX.md (default bench/out/bench-DATE)\n"
     "  --report DIR     also write DIR/index.html with SVG charts\n"
@@ -128,7 +131,8 @@ int cmd_bench(int argc, char **argv) {
     const char *models[MAX_LIST];
     int n_models = 0, n_gen = 64, reps = 3, warmup = 1, quality = 1, exact = 0;
     char types[MAX_LIST][32], backends[MAX_LIST][32] = {"cpu"}, threads_s[MAX_LIST][32] = {"1", "all"}, prompts_s[MAX_LIST][32] = {"128"};
-    int n_types = 0, n_backends = 1, n_threads = 2, n_prompts = 1;
+    char batch_s[MAX_LIST][32] = {"1"}, ngl_s[MAX_LIST][32] = {"all"};
+    int n_types = 0, n_backends = 1, n_threads = 2, n_prompts = 1, n_batches = 1, n_ngl = 1;
     const char *out_prefix = NULL, *report_dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -139,6 +143,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--backends")) { rc = cli_str(argc, argv, &i, &v); if (!rc && (n_backends = split_list(v, backends, MAX_LIST)) <= 0) return cli_fail("bench", "bad --backends list '%s'", v); }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { rc = cli_str(argc, argv, &i, &v); if (!rc && (n_threads = split_list(v, threads_s, MAX_LIST)) <= 0) return cli_fail("bench", "bad --threads list '%s'", v); }
         else if (!strcmp(a, "-p")) { rc = cli_str(argc, argv, &i, &v); if (!rc && (n_prompts = split_list(v, prompts_s, MAX_LIST)) <= 0) return cli_fail("bench", "bad -p list '%s'", v); }
+        else if (!strcmp(a, "--batch")) { rc = cli_str(argc, argv, &i, &v); if (!rc && (n_batches = split_list(v, batch_s, MAX_LIST)) <= 0) return cli_fail("bench", "bad --batch list '%s'", v); }
+        else if (!strcmp(a, "--ngl")) { rc = cli_str(argc, argv, &i, &v); if (!rc && (n_ngl = split_list(v, ngl_s, MAX_LIST)) <= 0) return cli_fail("bench", "bad --ngl list '%s'", v); }
         else if (!strcmp(a, "-n")) rc = cli_int(argc, argv, &i, 1, 1 << 16, &n_gen);
         else if (!strcmp(a, "--reps")) rc = cli_int(argc, argv, &i, 1, 1000, &reps);
         else if (!strcmp(a, "--warmup")) rc = cli_int(argc, argv, &i, 0, 100, &warmup);
@@ -162,6 +168,17 @@ int cmd_bench(int argc, char **argv) {
     }
     for (int b = 0; b < n_backends; b++)
         if (strcmp(backends[b], "cpu") && strcmp(backends[b], "cuda")) return cli_fail("bench", "unknown backend '%s' (cpu, cuda)", backends[b]);
+    int batches[MAX_LIST], ngls[MAX_LIST];
+    for (int i = 0; i < n_batches; i++) {
+        char *end;
+        batches[i] = (int)strtol(batch_s[i], &end, 10);
+        if (batches[i] <= 0 || *end || batches[i] > 4096) return cli_fail("bench", "bad batch size '%s'", batch_s[i]);
+    }
+    for (int i = 0; i < n_ngl; i++) {
+        char *end;
+        ngls[i] = !strcmp(ngl_s[i], "all") ? -1 : (int)strtol(ngl_s[i], &end, 10);
+        if (ngls[i] == 0 || (ngls[i] > 0 && *end)) return cli_fail("bench", "bad --ngl value '%s' (a layer count or all)", ngl_s[i]);
+    }
 
     /* the built-in default: a small synthetic model, three precisions */
     const char *default_model = "models-cache/mini-60m.F16.gguf";
@@ -199,14 +216,32 @@ int cmd_bench(int argc, char **argv) {
     plumb_now_iso8601(date, sizeof date);
     human_cmd(argc, argv, cmdline, sizeof cmdline);
     fprintf(stderr, "bench: measuring read bandwidth ...\n");
+    double bw_at[MAX_LIST];
+    for (int i = 0; i < n_threads; i++) bw_at[i] = plumb_measure_read_bandwidth(threads[i]);
     const double bw = plumb_measure_read_bandwidth(plumb_default_threads());
+    /* the GPU, when asked for */
+    char gpu_name[128] = "none", gpu_why[512] = "";
+    double gpu_bw = 0;
+    for (int b = 0; b < n_backends; b++)
+        if (!strcmp(backends[b], "cuda")) {
+            const plumb_backend_iface *g = plumb_backend_cuda(gpu_why, sizeof gpu_why);
+            size_t fr, tot;
+            char err[256];
+            if (g && g->device_info(gpu_name, sizeof gpu_name, &fr, &tot, err, sizeof err) == 0) {
+                fprintf(stderr, "bench: measuring %s copy bandwidth ...\n", gpu_name);
+                gpu_bw = g->copy_bandwidth();
+            } else {
+                fprintf(stderr, "bench: cuda backend skipped: %s\n", gpu_why);
+            }
+        }
 
     json_t *root = json_object(), *runs = json_array(), *qual = json_array();
     json_object_set_new(root, "plumb_version", json_string(plumb_version()));
     json_object_set_new(root, "date", json_string(date));
     json_object_set_new(root, "command", json_string(cmdline));
     json_object_set_new(root, "machine", json_pack("{s:s,s:s,s:i,s:f,s:s,s:s,s:f}", "cpu", si.cpu, "cpu_features", si.features, "cores", si.cores,
-                                                  "memory_gib", si.mem_gib, "os", si.os, "gpu", "none", "read_bandwidth_gbs", bw / 1e9));
+                                                  "memory_gib", si.mem_gib, "os", si.os, "gpu", gpu_name, "read_bandwidth_gbs", bw / 1e9));
+    if (gpu_bw > 0) json_object_set_new(json_object_get(root, "machine"), "gpu_copy_bandwidth_gbs", json_real(gpu_bw / 1e9));
     json_object_set_new(json_object_get(root, "machine"), "last_level_cache_mib", json_real((double)si.llc_bytes / 1048576.0));
     json_object_set_new(root, "settings", json_pack("{s:i,s:i,s:i,s:i,s:s,s:b}", "max_output_tokens", n_gen, "reps", reps, "warmup", warmup,
                                                    "concurrency", 1, "prompt", "built-in English text, tokenized and repeated to length", "exact", exact));
@@ -214,8 +249,9 @@ int cmd_bench(int argc, char **argv) {
     printf("\nplumb bench — %s — %s (%s), %d cores, read bandwidth %.1f GB/s\n", date, si.cpu, si.features, si.cores, bw / 1e9);
     printf("prompt tokens %s, %d generated tokens per request (no early stop), %d reps after %d warm-up, concurrency 1\n\n",
            prompts_s[0], n_gen, reps, warmup);
-    printf("| model | type | backend | threads | prompt | prefill tok/s | TTFT ms | decode tok/s | limit tok/s | %% of limit | peak RSS MiB |\n");
-    printf("|---|---|---|---:|---:|---|---:|---|---:|---:|---:|\n");
+    if (gpu_bw > 0) printf("GPU: %s, copy bandwidth %.0f GB/s (read + written)\n", gpu_name, gpu_bw / 1e9);
+    printf("| model | type | backend | threads | batch | prompt | prefill tok/s | TTFT ms | decode tok/s | limit tok/s | %% of limit | peak RSS MiB | peak VRAM MiB |\n");
+    printf("|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
     int failures = 0;
     for (int vi = 0; vi < n_vars; vi++) {
         variant *v = &vars[vi];
@@ -228,29 +264,36 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "bench: note: %s reads %.0f MiB per token, within 1.5x of the %.0f MiB last-level cache: decode can beat the "
                             "memory-bandwidth limit, which then says little\n", v->type, bpt / 1048576, (double)si.llc_bytes / 1048576);
         for (int b = 0; b < n_backends; b++) {
-            if (!strcmp(backends[b], "cuda")) {
-                fprintf(stderr, "bench: cuda backend skipped: the GPU path is off in this build (no CUDA plugin loaded)\n");
-                continue;
-            }
+            const int cuda = !strcmp(backends[b], "cuda");
+            if (cuda && gpu_bw <= 0) continue;
+            for (int gi = 0; gi < (cuda ? n_ngl : 1); gi++)
             for (int ti = 0; ti < n_threads; ti++)
+                for (int bi = 0; bi < n_batches; bi++)
                 for (int pi = 0; pi < n_prompts; pi++) {
-                    bench_config cfg = {prompts[pi], n_gen, reps, warmup, threads[ti], exact};
+                    bench_config cfg = {prompts[pi], n_gen, reps, warmup, threads[ti], exact, cuda ? ngls[gi] : 0, batches[bi]};
                     bench_result r;
                     if (bench_run(m, &cfg, &r)) {
-                        fprintf(stderr, "bench: %s threads %d: %s\n", v->path, threads[ti], plumb_last_error());
+                        fprintf(stderr, "bench: %s %s threads %d batch %d: %s\n", v->path, backends[b], threads[ti], batches[bi], plumb_last_error());
                         failures++;
                         continue;
                     }
-                    const double limit = bw / bpt, rss = (double)plumb_peak_rss_now() / 1048576.0;
-                    printf("| %s | %s | %s | %d | %d | %.1f [%.1f-%.1f] | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %.0f |\n", v->source, v->type, backends[b],
-                           threads[ti], prompts[pi], r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, r.ttft_ms.median,
-                           r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, limit, 100 * r.decode_tps.median / limit, rss);
+                    /* decode reads the weights once per step for the whole batch */
+                    const int all_gpu = cuda && r.gpu_layers == plumb_model_hparams(m)->n_layer;
+                    const double limit = (all_gpu ? gpu_bw : bw_at[ti]) / bpt * batches[bi], rss = (double)plumb_peak_rss_now() / 1048576.0;
+                    char be[48];
+                    if (cuda) snprintf(be, sizeof be, "cuda -ngl %s", ngl_s[gi]);
+                    else snprintf(be, sizeof be, "cpu");
+                    printf("| %s | %s | %s | %d | %d | %d | %.1f [%.1f-%.1f] | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %.0f | %.0f |\n", v->source, v->type, be,
+                           threads[ti], batches[bi], prompts[pi], r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, r.ttft_ms.median,
+                           r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, limit, 100 * r.decode_tps.median / limit, rss, r.gpu_peak_mib);
                     fflush(stdout);
                     json_t *run = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:I,s:f}", "model", v->path, "source_model", v->source,
-                                            "sha256", v->sha256, "params", (json_int_t)plumb_model_n_params(m), "type", v->type, "backend", backends[b],
-                                            "kernels", plumb_kernels_active()->name, "threads", threads[ti], "concurrency", 1, "requests", r.reps,
-                                            "prompt_tokens", r.n_prompt, "max_output_tokens", r.n_gen, "generated_tokens", (json_int_t)r.generated_tokens,
-                                            "total_time_s", r.total_s);
+                                            "sha256", v->sha256, "params", (json_int_t)plumb_model_n_params(m), "type", v->type, "backend", be,
+                                            "kernels", cuda ? "cuda" : plumb_kernels_active()->name, "threads", threads[ti], "concurrency", batches[bi],
+                                            "requests", r.reps * batches[bi], "prompt_tokens", r.n_prompt, "max_output_tokens", r.n_gen,
+                                            "generated_tokens", (json_int_t)r.generated_tokens, "total_time_s", r.total_s);
+                    json_object_set_new(run, "gpu_layers", json_integer(r.gpu_layers));
+                    if (cuda) json_object_set_new(run, "gpu", json_string(r.gpu_status));
                     json_object_set_new(run, "input_token_range", json_pack("[i,i]", r.n_prompt, r.n_prompt));
                     json_object_set_new(run, "prefill_tps", stats_json(&r.prefill_tps));
                     json_object_set_new(run, "decode_tps", stats_json(&r.decode_tps));
@@ -258,7 +301,7 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(run, "inter_token_ms", stats_json(&r.itl_ms));
                     json_object_set_new(run, "latency_ms", stats_json(&r.e2e_ms));
                     json_object_set_new(run, "peak_rss_mib", json_real(rss));
-                    json_object_set_new(run, "peak_vram_mib", json_null());
+                    json_object_set_new(run, "peak_vram_mib", cuda ? json_real(r.gpu_peak_mib) : json_null());
                     json_object_set_new(run, "weight_bytes_per_token", json_integer((json_int_t)bpt));
                     json_object_set_new(run, "decode_limit_tps", json_real(limit));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));

@@ -16,6 +16,7 @@ static const char *run_help =
     "  -t N|all           threads (default: all cores)\n"
     "  -c N               context size (default: the model's, at most 4096)\n"
     CLI_SAMPLER_HELP
+    "  -ngl N|all         run the last N layers (all: the whole model) on the GPU through the CUDA plugin\n"
     "  --exact            dequantize weights to f32 for every product (reference arithmetic)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
     "  --no-bos           do not prepend the BOS token\n"
@@ -38,6 +39,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_threads(argc, argv, &i, &cp.n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_int(argc, argv, &i, 0, 1 << 22, &cp.n_ctx);
         else if ((rc = cli_sampler_flag(argc, argv, &i, &sp, &seed_given)) != 0) rc = rc < 0;
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) rc = cli_gpu_layers(argc, argv, &i, &cp.n_gpu_layers);
         else if (!strcmp(a, "--exact")) cp.exact = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-bos")) no_bos = 1;
@@ -76,6 +78,7 @@ int cmd_run(int argc, char **argv) {
     c = plumb_ctx_new(m, &cp);
     if (!c) { cli_fail("run", "%s", plumb_last_error()); goto out; }
     double t_load = plumb_time_s() - t0;
+    if (cp.n_gpu_layers) fprintf(stderr, "plumb: %s%s\n", plumb_ctx_gpu_status(c), plumb_ctx_gpu_layers(c) ? "" : "; running on the CPU");
     const int n_ctx = plumb_ctx_n_ctx(c);
     toks = malloc(sizeof(plumb_token) * (size_t)n_ctx);
     if (!toks) { cli_fail("run", "out of memory"); goto out; }
@@ -132,8 +135,9 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "\nload:       %8.1f ms\n", t_load * 1e3);
     fprintf(stderr, "prompt:     %8.1f ms / %d tokens (%.2f tokens/s)\n", t_prompt * 1e3, n_prompt, n_prompt / t_prompt);
     fprintf(stderr, "generation: %8.1f ms / %d tokens (%.2f tokens/s)\n", t_gen * 1e3, n_gen, n_gen > 0 ? n_gen / t_gen : 0.0);
-    fprintf(stderr, "memory:     peak RSS %.1f MiB, context buffers %.1f MiB\n", plumb_peak_rss_bytes() / 1048576.0,
-            plumb_ctx_bytes(c) / 1048576.0);
+    fprintf(stderr, "memory:     peak RSS %.1f MiB, context buffers %.1f MiB", plumb_peak_rss_bytes() / 1048576.0, plumb_ctx_bytes(c) / 1048576.0);
+    if (plumb_ctx_gpu_layers(c)) fprintf(stderr, ", GPU %.1f MiB", plumb_ctx_gpu_peak_bytes(c) / 1048576.0);
+    fprintf(stderr, "\n");
     status = 0;
 out:
     free(toks);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "model.h"
 #include "util.h"
 
@@ -133,7 +134,7 @@ const char *plumb_model_weight_type(const plumb_model *m) {
 /* ---- contexts ---- */
 
 plumb_ctx_params plumb_ctx_default_params(void) {
-    return (plumb_ctx_params){.n_ctx = 0, .n_threads = 0, .exact = 0, .n_seq_max = 1};
+    return (plumb_ctx_params){.n_ctx = 0, .n_threads = 0, .exact = 0, .n_seq_max = 1, .n_gpu_layers = 0};
 }
 
 #define N_BATCH 64 /* tokens per forward chunk */
@@ -142,6 +143,55 @@ static float *scratch(plumb_ctx *c, size_t n_floats, const char *what) {
     float *p = plumb_calloc(n_floats * sizeof(float), what);
     if (p) c->bytes += n_floats * sizeof(float);
     return p;
+}
+
+static plumb_backend_tensor btensor(const plumb_matrix *w) {
+    return (plumb_backend_tensor){w->type, w->rows, w->cols, w->data, w->row_bytes};
+}
+
+/* Hands the last n_gpu_layers layers (and the head, when all) to the CUDA
+ * plugin. Failure is not an error: the context runs on the CPU and
+ * gpu_status says why. */
+static void gpu_setup(plumb_ctx *c) {
+    const plumb_hparams *hp = &c->model->hp;
+    char why[512];
+    c->gpu = plumb_backend_cuda(why, sizeof why);
+    if (!c->gpu) {
+        snprintf(c->gpu_status, sizeof c->gpu_status, "GPU path off: %.480s", why);
+        return;
+    }
+    const int n = c->p.n_gpu_layers < 0 || c->p.n_gpu_layers >= hp->n_layer ? hp->n_layer : c->p.n_gpu_layers;
+    plumb_backend_layer *ls = calloc((size_t)n, sizeof *ls);
+    c->block_table = calloc((size_t)c->n_seq_max * (size_t)c->n_kv_blocks, sizeof(int));
+    if (!ls || !c->block_table) {
+        free(ls);
+        snprintf(c->gpu_status, sizeof c->gpu_status, "GPU path off: out of host memory");
+        return;
+    }
+    const int first = hp->n_layer - n;
+    for (int i = 0; i < n; i++) {
+        const plumb_layer *L = &c->model->layers[first + i];
+        ls[i] = (plumb_backend_layer){btensor(&L->attn_norm), btensor(&L->ffn_norm), btensor(&L->wq), btensor(&L->wk), btensor(&L->wv), btensor(&L->wo),
+                                      btensor(&L->bq), btensor(&L->bk), btensor(&L->bv), btensor(&L->w_gate), btensor(&L->w_up), btensor(&L->w_down)};
+    }
+    plumb_backend_model_desc d = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->n_vocab, hp->rope_neox,
+                                  hp->rms_eps, hp->rope_freq_base, n, ls, n == hp->n_layer, btensor(&c->model->output_norm),
+                                  btensor(&c->model->output), c->n_kv_blocks, PLUMB_KV_BLOCK, c->n_seq_max, c->n_batch};
+    char err[512] = "";
+    double t0 = plumb_time_s();
+    c->gpu_handle = c->gpu->load(&d, err, sizeof err);
+    free(ls);
+    if (!c->gpu_handle) {
+        snprintf(c->gpu_status, sizeof c->gpu_status, "GPU path off: %.480s", err);
+        return;
+    }
+    c->gpu_first = first;
+    c->gpu_head = n == hp->n_layer;
+    char dev[128];
+    size_t fr, tot;
+    c->gpu->device_info(dev, sizeof dev, &fr, &tot, err, sizeof err);
+    snprintf(c->gpu_status, sizeof c->gpu_status, "%s: %d of %d layers%s on the GPU, %.2f GiB of device memory, loaded in %.1f s", dev, n, hp->n_layer,
+             c->gpu_head ? " and the output head" : "", (double)c->gpu->peak_bytes(c->gpu_handle) / (1 << 30), plumb_time_s() - t0);
 }
 
 plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
@@ -213,14 +263,23 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
         plumb_set_error("%s", msg);
         return NULL;
     }
+    c->gpu_first = hp->n_layer;
+    snprintf(c->gpu_status, sizeof c->gpu_status, "GPU offload not requested (-ngl 0)");
+    if (c->p.n_gpu_layers != 0) gpu_setup(c);
     return c;
 }
+
+int plumb_ctx_gpu_layers(const plumb_ctx *c) { return c->gpu_handle ? c->model->hp.n_layer - c->gpu_first : 0; }
+const char *plumb_ctx_gpu_status(const plumb_ctx *c) { return c->gpu_status; }
+size_t plumb_ctx_gpu_peak_bytes(const plumb_ctx *c) { return c->gpu_handle ? c->gpu->peak_bytes(c->gpu_handle) : 0; }
 
 void plumb_ctx_free(plumb_ctx *c) {
     if (!c) return;
     float *bufs[] = {c->k_pool, c->v_pool, c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
+    if (c->gpu_handle) c->gpu->unload(c->gpu_handle);
+    free(c->block_table);
     for (int i = 0; c->seqs && i < c->n_seq_max; i++) free(c->seqs[i].blocks);
     free(c->seqs);
     free(c->free_blocks);

@@ -90,6 +90,12 @@ struct plumb_ctx {
     float *logits;      /* [rows][n_vocab] */
     int n_logits;       /* rows the logits buffer holds */
     int n_logits_valid; /* rows the last eval wrote */
+    /* GPU offload: layers [gpu_first, n_layer) run in the CUDA plugin */
+    const struct plumb_backend_iface *gpu;
+    void *gpu_handle;
+    int gpu_first, gpu_head;
+    char gpu_status[512];
+    int *block_table;   /* [n_seq_max][n_kv_blocks], sent with each GPU batch */
     void *act_buf;      /* quantized activations */
     size_t act_buf_bytes;
     size_t bytes;

@@ -98,12 +98,18 @@ typedef struct {
     int exact;       /* 1: dequantize weights and multiply in f32 (reference path);
                         0: quantize activations to int8 and use integer dot products */
     int n_seq_max;   /* sequences that can be open at once (0 = 1) */
+    int n_gpu_layers; /* layers run by the CUDA plugin (the last ones); -1 = all, with the output head */
 } plumb_ctx_params;
 
 plumb_ctx_params plumb_ctx_default_params(void);
 plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p);
 void plumb_ctx_free(plumb_ctx *c);
 int plumb_ctx_n_ctx(const plumb_ctx *c);
+/* Layers actually on the GPU (0 when the GPU path is off), and why it is
+ * off or what it runs on ("NVIDIA H200, 32 layers + head, 4.1 GiB"). */
+int plumb_ctx_gpu_layers(const plumb_ctx *c);
+const char *plumb_ctx_gpu_status(const plumb_ctx *c);
+size_t plumb_ctx_gpu_peak_bytes(const plumb_ctx *c);
 size_t plumb_ctx_bytes(const plumb_ctx *c); /* KV cache + scratch */
 /* Runs tokens[0..n) at positions pos..pos+n-1 (earlier positions must be in
  * the cache). Afterwards plumb_get_logits gives the last token's logits. */

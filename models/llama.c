@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/backend.h"
 #include "../core/model.h"
 #include "../core/util.h"
 
@@ -214,7 +215,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
             sn[t][i] = (float)sin(theta);
         }
 
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = 0; l < c->gpu_first; l++) {
         const plumb_layer *L = &m->layers[l];
 
         /* attention block */
@@ -244,6 +245,17 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
         for (size_t i = 0; i < (size_t)n * ff; i++) c->hb[i] = silu(c->hb[i]) * c->hb2[i];
         plumb_matmul(&L->w_down, c->hb, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+    }
+
+    /* the remaining layers on the GPU: hidden states cross over, and come
+     * back (or, when the GPU has the head too, the logits do) */
+    if (c->gpu_handle) {
+        for (int i = 0; i < c->n_seq_max; i++)
+            for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
+        plumb_backend_batch gb = {n, pos, seq, want, c->block_table, c->n_kv_blocks};
+        char err[512];
+        if (c->gpu->forward(c->gpu_handle, &gb, c->x, logits_out, err, sizeof err)) return plumb_set_error("GPU: %s", err);
+        if (c->gpu_head) return 0;
     }
 
     /* final norm and output projection, for the tokens that want logits */
