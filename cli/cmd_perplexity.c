@@ -31,12 +31,12 @@ static void log_softmax(const float *l, int n, float *out) {
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *text_file = NULL, *kl_base = NULL, *kl = NULL;
-    int n_ctx = 512, max_chunks = 0, threads = 0, exact = 0;
+    int n_ctx = 512, max_chunks = 0, threads = 0, exact = 0, ngl = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: plumb perplexity -m MODEL.gguf -f TEXT [-c CTX (512)] [--chunks N] [-t N] [--exact]\n"
+            printf("usage: plumb perplexity -m MODEL.gguf -f TEXT [-c CTX (512)] [--chunks N] [-t N] [--exact] [-ngl N|all]\n"
                    "         [--kl-base OUT.bin | --kl BASE.bin]\n");
             return 0;
         } else if (!strcmp(a, "-m")) rc = cli_str(argc, argv, &i, &model);
@@ -47,6 +47,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--kl-base")) rc = cli_str(argc, argv, &i, &kl_base);
         else if (!strcmp(a, "--kl")) rc = cli_str(argc, argv, &i, &kl);
         else if (!strcmp(a, "--exact")) exact = 1;
+        else if (!strcmp(a, "-ngl")) rc = cli_gpu_layers(argc, argv, &i, &ngl);
         else return cli_fail("perplexity", "unknown option '%s'", a);
         if (rc) return 2;
     }
@@ -81,8 +82,10 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = threads;
     cp.exact = exact;
+    cp.n_gpu_layers = ngl;
     c = plumb_ctx_new(m, &cp);
     if (!c) { cli_fail("perplexity", "%s", plumb_last_error()); goto out; }
+    if (ngl) fprintf(stderr, "perplexity: %s\n", plumb_ctx_gpu_status(c));
     const int first = n_ctx / 2, per_chunk = n_ctx - 1 - first;
     const long n_scored = (long)per_chunk * n_chunks;
     lp = malloc(sizeof(float) * (size_t)nv);
@@ -107,7 +110,7 @@ int cmd_perplexity(int argc, char **argv) {
         kls = malloc(sizeof(double) * (size_t)n_scored);
     }
     uint16_t *half = malloc(sizeof(uint16_t) * (size_t)nv);
-    double nll = 0, nll2 = 0, dp_sum = 0;
+    double nll = 0, nll2 = 0, dp_sum = 0, max_dlp = 0;
     long count = 0, same_top = 0;
     const int bos = plumb_token_bos(m);
     double t0 = plumb_time_s();
@@ -134,6 +137,7 @@ int cmd_perplexity(int argc, char **argv) {
                 for (int v = 0; v < nv; v++) {
                     base_lp[v] = plumb_fp16_to_fp32(half[v]);
                     k += exp(base_lp[v]) * (base_lp[v] - lp[v]);
+                    if (base_lp[v] > -20 && fabs(base_lp[v] - lp[v]) > max_dlp) max_dlp = fabs(base_lp[v] - lp[v]);
                     if (base_lp[v] > base_lp[ta]) ta = v;
                     if (lp[v] > lp[tb]) tb = v;
                 }
@@ -152,7 +156,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (kl) {
         plumb_stats s = plumb_stats_of(kls, (int)count);
         printf("KL divergence vs %s: mean %.6f, median %.6f, p90 %.6f, p99 %.6f, max %.6f\n", kl, s.mean, s.median, s.p90, s.p99, s.max);
-        printf("Same top token: %.2f%%   Mean delta-p of the right token: %+.4f%%\n", 100.0 * same_top / count, 100.0 * dp_sum / count);
+        printf("Same top token: %.2f%%   Mean delta-p of the right token: %+.4f%%   Max |delta log-prob| (tokens above e^-20): %.4f\n",
+               100.0 * same_top / count, 100.0 * dp_sum / count, max_dlp);
     }
     if (kl_base) printf("saved reference log-probabilities of %ld positions to %s\n", count, kl_base);
     status = 0;
