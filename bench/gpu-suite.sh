@@ -4,6 +4,7 @@
 #   PART=check  correctness: GPU vs CPU on the real models (top-1, KL, max
 #               log-prob difference, greedy ids)
 #   PART=tiny   TinyLlama-1.1B shape: CPU vs -ngl all vs partial; batch 1/8/64
+#   PART=tiny-gpu  TinyLlama shape, -ngl all only, batch 1/8/64
 #   PART=7b     Llama-2-7B shape: the same at batch 1/8/64 on the GPU
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
@@ -30,6 +31,11 @@ check)
         $P perplexity -m "$S/models/$m" -f "$S/reference/stories260K.greedy.once-upon-a-time.txt" -c 64 -ngl all --kl "$OUT/base-$m.bin" | tail -4
         rm -f "$OUT/base-$m.bin"
     done 2>&1 | tee "$OUT/check.txt"
+    ;;
+tiny-gpu)
+    [ -f models-cache/tl-q4_0.gguf ] || $P mkmodel --shape tinyllama-1.1b --type q4_0 -o models-cache/tl-q4_0.gguf
+    $P bench -m models-cache/tl-q4_0.gguf --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+        -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt"
     ;;
 tiny)
     for t in q4_0 q8_0; do

@@ -39,6 +39,7 @@ struct dtensor {
     int64_t rows, cols;
     size_t row_bytes;
     void *d;
+    __half *f16; /* dequantized copy for tensor-core batches, when memory allows */
 };
 
 struct dlayer {
@@ -305,6 +306,16 @@ static int upload(handle *h, const plumb_backend_tensor *src, dtensor *dst, char
         return -1;
     }
     h->bytes += bytes;
+    /* Batched products multiply F16 weights on tensor cores: dequantize once
+     * here rather than every step, if the card has room (keeping 4 GiB). */
+    size_t fr = 0, tot = 0;
+    const size_t f16_bytes = (size_t)src->rows * (size_t)src->cols * 2;
+    if (src->rows > 1 && cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr > f16_bytes + ((size_t)4 << 30) &&
+        cudaMalloc(&dst->f16, f16_bytes) == cudaSuccess) {
+        k_dequant_f16<<<grid((size_t)src->rows * src->cols, 256), 256>>>(dst->type, (const uint8_t *)dst->d, dst->row_bytes, (int)dst->rows,
+                                                                        (int)dst->cols, dst->f16);
+        h->bytes += f16_bytes;
+    }
     return 0;
 }
 
@@ -386,7 +397,10 @@ fail:
     return NULL;
 }
 
-static void free_t(dtensor *t) { if (t->d) cudaFree(t->d); }
+static void free_t(dtensor *t) {
+    if (t->d) cudaFree(t->d);
+    if (t->f16) cudaFree(t->f16);
+}
 
 static void unload(void *hv) {
     handle *h = (handle *)hv;
@@ -422,11 +436,15 @@ static int matmul(handle *h, const dtensor *W, const float *x, int n, float *y, 
             }
         }
     } else {
-        /* tensor cores: W to F16 once, x to F16, F32 accumulation */
-        k_dequant_f16<<<grid((size_t)rows * cols, 256), 256>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, h->wscratch);
+        /* tensor cores: F16 weights (kept, or dequantized now), x to F16, F32 accumulation */
+        const __half *wf = W->f16;
+        if (!wf) {
+            k_dequant_f16<<<grid((size_t)rows * cols, 256), 256>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, h->wscratch);
+            wf = h->wscratch;
+        }
         k_to_half<<<grid((size_t)n * cols, 256), 256>>>(x, h->ascratch, (size_t)n * cols);
         const float one = 1, zero = 0;
-        cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, h->wscratch, CUDA_R_16F, cols, h->ascratch, CUDA_R_16F,
+        cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, wf, CUDA_R_16F, cols, h->ascratch, CUDA_R_16F,
                                          cols, &zero, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) {
             snprintf(err, err_len, "cublasGemmEx failed (status %d) for a %dx%d by %d product", (int)st, rows, cols, n);
