@@ -42,6 +42,11 @@ struct dtensor {
     __half *f16; /* dequantized copy for tensor-core batches, when memory allows */
 };
 
+// Activations for the integer path: per 32 values, a float scale and 32
+// int8, so a Q4_0/Q8_0 row is multiplied with __dp4a (4 products per
+// instruction) and x costs ~1 byte per element to read, not 4.
+struct q8blk { float d; float s; int32_t q[8]; };
+
 struct dlayer {
     dtensor attn_norm, ffn_norm, wq, wk, wv, wo, bq, bk, bv, w_gate, w_up, w_down;
 };
@@ -53,6 +58,7 @@ struct handle {
     float *k_pool, *v_pool;          // [block][layer][kv_block][kv_dim]
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits; // device scratch
     __half *wscratch, *ascratch;     // dequantized weights / activations for cuBLAS
+    q8blk *xq;                       // int8 activations for the dp4a path
     size_t wscratch_elems;
     int *pos, *seq, *table, *rows_out;
     int max_blocks;
@@ -152,6 +158,79 @@ __global__ void k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, int 
         for (int i = lane; i < cols; i += 32)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[t] += wf[i] * x[(size_t)t * cols + i];
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0) y[(size_t)t * rows + warp] = s;
+    }
+}
+
+
+__global__ void k_quantize_q8(const float *x, q8blk *out, int n_blocks) {
+    const int b = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (b >= n_blocks) return;
+    const float v = x[(size_t)b * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    const int q = __float2int_rn(v * id);
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    ((int8_t *)out[b].q)[lane] = (int8_t)q;
+    if (lane == 0) { out[b].d = d; out[b].s = d * (float)sum; }
+}
+
+// y[t][r] = W[r] . x[t] for Q4_0 / Q8_0 rows against q8 activations; one
+// warp per row, each lane one 32-element block at a time.
+template <int NT>
+__global__ void k_matvec_q(uint32_t type, const uint8_t *W, size_t row_bytes, int rows, int cols, const q8blk *xq, float *y) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= rows) return;
+    const uint8_t *wr = W + (size_t)warp * row_bytes;
+    const int nb = cols / 32;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    for (int b = lane; b < nb; b += 32) {
+        if (type == TYPE_Q4_0) {
+            const uint8_t *blk = wr + (size_t)b * 18;
+            const float d = __half2float(*(const __half *)blk);
+            const uint16_t *qs = (const uint16_t *)(blk + 2);
+            int lo[4], hi[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t v = (uint32_t)qs[2 * j] | ((uint32_t)qs[2 * j + 1] << 16);
+                lo[j] = (int)(v & 0x0F0F0F0Fu);
+                hi[j] = (int)((v >> 4) & 0x0F0F0F0Fu);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const q8blk *a = xq + (size_t)t * nb + b;
+                int s = 0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    s = __dp4a(lo[j], a->q[j], s);
+                    s = __dp4a(hi[j], a->q[j + 4], s);
+                }
+                acc[t] += d * (a->d * (float)s - 8.0f * a->s);
+            }
+        } else { /* Q8_0 */
+            const uint8_t *blk = wr + (size_t)b * 34;
+            const float d = __half2float(*(const __half *)blk);
+            const uint16_t *qs = (const uint16_t *)(blk + 2);
+            int w[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) w[j] = (int)((uint32_t)qs[2 * j] | ((uint32_t)qs[2 * j + 1] << 16));
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const q8blk *a = xq + (size_t)t * nb + b;
+                int s = 0;
+#pragma unroll
+                for (int j = 0; j < 8; j++) s = __dp4a(w[j], a->q[j], s);
+                acc[t] += d * a->d * (float)s;
+            }
+        }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -383,6 +462,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->hb2 = (float *)dev_alloc(h, (size_t)nb * d->n_ff * 4, err, err_len, "ffn")) ||
         !(h->logits = (float *)dev_alloc(h, (size_t)nb * (d->has_head ? d->n_vocab : 1) * 4, err, err_len, "logits")) ||
         !(h->wscratch = (__half *)dev_alloc(h, wmax * 2, err, err_len, "dequantized weights")) ||
+        !(h->xq = (q8blk *)dev_alloc(h, (size_t)8 * ((d->n_ff > d->n_embd ? d->n_ff : d->n_embd) / 32 + 1) * sizeof(q8blk), err, err_len, "int8 activations")) ||
         !(h->ascratch = (__half *)dev_alloc(h, (size_t)nb * (d->n_ff > d->n_embd ? d->n_ff : d->n_embd) * 2, err, err_len, "activations")) ||
         !(h->pos = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "positions")) ||
         !(h->seq = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "sequences")) ||
@@ -412,7 +492,7 @@ static void unload(void *hv) {
     }
     free_t(&h->output_norm);
     free_t(&h->output);
-    void *bufs[] = {h->k_pool, h->v_pool, h->x, h->xb, h->q, h->k, h->v, h->att, h->hb, h->hb2, h->logits, h->wscratch, h->ascratch, h->pos, h->seq, h->rows_out, h->table};
+    void *bufs[] = {h->k_pool, h->v_pool, h->x, h->xb, h->q, h->k, h->v, h->att, h->hb, h->hb2, h->logits, h->wscratch, h->ascratch, h->pos, h->seq, h->rows_out, h->table, h->xq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->blas) cublasDestroy(h->blas);
     free(h->layers);
@@ -422,7 +502,21 @@ static void unload(void *hv) {
 // y[n][rows] = x[n][cols] W^T
 static int matmul(handle *h, const dtensor *W, const float *x, int n, float *y, char *err, size_t err_len) {
     const int rows = (int)W->rows, cols = (int)W->cols;
-    if (n <= 8) {
+    if (n <= 8 && (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && getenv("PLUMB_CUDA_FLOAT_MATVEC") == NULL) {
+        const int threads = 256, blocks = (int)grid((size_t)rows * 32, threads), nb = cols / 32;
+        k_quantize_q8<<<grid((size_t)n * nb * 32, 256), 256>>>(x, h->xq, n * nb);
+        for (int t0 = 0; t0 < n; t0 += 4) {
+            const int nt = n - t0 < 4 ? n - t0 : 4;
+            const q8blk *xt = h->xq + (size_t)t0 * nb;
+            float *yt = y + (size_t)t0 * rows;
+            switch (nt) {
+            case 1: k_matvec_q<1><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
+            case 2: k_matvec_q<2><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
+            case 3: k_matvec_q<3><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
+            default: k_matvec_q<4><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
+            }
+        }
+    } else if (n <= 8) {
         const int threads = 256, blocks = (int)grid((size_t)rows * 32, threads);
         for (int t0 = 0; t0 < n; t0 += 4) {
             const int nt = n - t0 < 4 ? n - t0 : 4;
