@@ -18,7 +18,7 @@ SAN_FLAGS ?=
 # project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
 ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
-LDLIBS   += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lcrypto -lm -ldl -lpthread
+LDLIBS   += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lcrypto -lhwloc -lm -ldl -lpthread
 
 LIB_SRC  := $(filter-out $(LIB_EXCLUDE),$(wildcard core/*.c quant/*.c simd/*.c models/*.c))
 CLI_SRC  := $(wildcard cli/*.c) bench/stats.c bench/sysinfo.c bench/harness.c bench/report.c $(wildcard server/*.c)
@@ -81,7 +81,7 @@ $(BUILD)/fuzz-gguf: tests/fuzz/fuzz_gguf.c core/gguf.c core/util.c core/sha256.c
 # NEON: cross-compile the kernel tests and run them under qemu-aarch64.
 neon-test:
 	$(MAKE) CC=aarch64-linux-gnu-gcc AR=aarch64-linux-gnu-ar BUILD=build-aarch64 BIN=build-aarch64/plumb \
-	  LIB_EXCLUDE=core/sha256.c LDLIBS="-lm -ldl -lpthread" build-aarch64/libplumb.a build-aarch64/kernel-tests
+	  LIB_EXCLUDE="core/sha256.c core/topology.c" LDLIBS="-lm -ldl -lpthread" build-aarch64/libplumb.a build-aarch64/kernel-tests
 	qemu-aarch64 -L /usr/aarch64-linux-gnu build-aarch64/kernel-tests
 
 $(BUILD)/kernel-tests: tests/kernel_check.c $(BUILD)/libplumb.a

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../core/gguf.h"
+#include "../core/topology.h"
 #include "../core/util.h"
 #include "../quant/quant.h"
 #include "cli.h"
@@ -15,22 +16,31 @@ static void human(uint64_t b, char *buf, size_t n) {
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    int all_tensors = 0, all_keys = 0, hash = 0;
+    const char *path = NULL, *synthetic = NULL;
+    int all_tensors = 0, all_keys = 0, hash = 0, topology = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: plumb info FILE.gguf [--all-tensors] [--all-keys] [--hash]\n"
+                   "       plumb info --topology [--synthetic 'pack:2 numa:2 core:8 pu:2']  CPUs, NUMA nodes and thread plans\n"
                    "  --hash  SHA-256 of each tensor's data and of all of it (tensors in name order)\n"
                    "          (compares quantizations across tools, whatever the metadata)\n");
             return 0;
         } else if (!strcmp(argv[i], "--all-tensors")) all_tensors = 1;
         else if (!strcmp(argv[i], "--all-keys")) all_keys = 1;
         else if (!strcmp(argv[i], "--hash")) hash = 1;
+        else if (!strcmp(argv[i], "--topology")) topology = 1;
+        else if (!strcmp(argv[i], "--synthetic")) { if (cli_str(argc, argv, &i, &synthetic)) return 2; topology = 1; }
         else if (!strcmp(argv[i], "-m")) { if (cli_str(argc, argv, &i, &path)) return 2; }
         else if (argv[i][0] == '-') return cli_fail("info", "unknown option '%s'", argv[i]);
         else path = argv[i];
     }
-    if (!path) return cli_fail("info", "no file given (usage: plumb info FILE.gguf)");
+    if (topology) {
+        char buf[8192];
+        plumb_topology_describe(synthetic, buf, sizeof buf);
+        fputs(buf, stdout);
+        if (!path) return strstr(buf, "topology (") ? 0 : 1;
+    }
+    if (!path) return cli_fail("info", "no file given (usage: plumb info FILE.gguf | plumb info --topology)");
     gguf_file *f = gguf_open(path);
     if (!f) return cli_fail("info", "%s", plumb_last_error());
 

@@ -16,6 +16,7 @@ static const char *run_help =
     "  -t N|all           threads (default: all cores)\n"
     "  -c N               context size (default: the model's, at most 4096)\n"
     CLI_SAMPLER_HELP
+    "  --numa MODE        off (default), distribute, isolate: thread placement on NUMA machines\n"
     "  -ngl N|all         run the last N layers (all: the whole model) on the GPU through the CUDA plugin\n"
     "  --exact            dequantize weights to f32 for every product (reference arithmetic)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"
@@ -39,6 +40,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = cli_threads(argc, argv, &i, &cp.n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = cli_int(argc, argv, &i, 0, 1 << 22, &cp.n_ctx);
         else if ((rc = cli_sampler_flag(argc, argv, &i, &sp, &seed_given)) != 0) rc = rc < 0;
+        else if (!strcmp(a, "--numa")) rc = cli_str(argc, argv, &i, &cp.numa);
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) rc = cli_gpu_layers(argc, argv, &i, &cp.n_gpu_layers);
         else if (!strcmp(a, "--exact")) cp.exact = 1;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;

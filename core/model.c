@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "topology.h"
 #include "util.h"
 
 #ifndef PLUMB_GIT_COMMIT
@@ -14,7 +15,7 @@
 
 const char *plumb_version(void) { return PLUMB_VERSION " (git " PLUMB_GIT_COMMIT ")"; }
 
-int plumb_default_threads(void) { return omp_get_max_threads(); }
+int plumb_default_threads(void) { return plumb_physical_cores(); }
 
 static plumb_model *load(const char *path, int vocab_only) {
     plumb_model *m = calloc(1, sizeof *m);
@@ -216,7 +217,17 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->n_kv_blocks = (n_ctx + PLUMB_KV_BLOCK - 1) / PLUMB_KV_BLOCK;
     c->n_ctx = n_ctx;
     c->n_seq_max = c->p.n_seq_max ? c->p.n_seq_max : 1;
-    if (c->p.n_threads > 0) omp_set_num_threads(c->p.n_threads);
+    /* threads: one per physical core unless told otherwise; pinned when a
+     * NUMA plan asks for it */
+    if (c->p.numa && strcmp(c->p.numa, "off")) {
+        plumb_placement pl;
+        if (plumb_topology_plan(NULL, c->p.numa, c->p.n_threads, &pl) || plumb_topology_apply(&pl)) {
+            free(c);
+            return NULL;
+        }
+    } else {
+        omp_set_num_threads(c->p.n_threads > 0 ? c->p.n_threads : plumb_physical_cores());
+    }
     c->kv_dim = hp->n_head_kv * hp->head_dim;
     c->n_batch = N_BATCH;
     size_t kv = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)hp->n_layer * (size_t)c->kv_dim;

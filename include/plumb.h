@@ -20,7 +20,7 @@ typedef struct plumb_sampler plumb_sampler;
 
 const char *plumb_version(void);     /* "0.1.0 (git abc1234)" */
 const char *plumb_last_error(void);
-int plumb_default_threads(void);     /* threads a context uses when n_threads is 0 */
+int plumb_default_threads(void);     /* threads a context uses when n_threads is 0: physical cores */
 
 /* ---- model ---- */
 
@@ -99,6 +99,7 @@ typedef struct {
                         0: quantize activations to int8 and use integer dot products */
     int n_seq_max;   /* sequences that can be open at once (0 = 1) */
     int n_gpu_layers; /* layers run by the CUDA plugin (the last ones); -1 = all, with the output head */
+    const char *numa; /* thread placement: NULL/"off", "distribute", "isolate" (see core/topology.h) */
 } plumb_ctx_params;
 
 plumb_ctx_params plumb_ctx_default_params(void);

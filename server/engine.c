@@ -265,7 +265,7 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact) {
+engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa) {
     engine *e = calloc(1, sizeof *e);
     if (!e) { plumb_set_error("out of memory"); return NULL; }
     plumb_ctx_params cp = plumb_ctx_default_params();
@@ -273,6 +273,7 @@ engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max
     cp.n_seq_max = parallel;
     cp.n_threads = threads;
     cp.exact = exact;
+    cp.numa = numa;
     e->ctx = plumb_ctx_new(m, &cp);
     e->active = calloc((size_t)parallel, sizeof(request *));
     if (!e->ctx || !e->active) { plumb_ctx_free(e->ctx); free(e->active); free(e); return NULL; }

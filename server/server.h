@@ -19,6 +19,7 @@ typedef struct {
     int default_max_tokens;
     int max_body;             /* bytes */
     int exact;
+    const char *numa;
     volatile int *stop_flag;  /* set to non-zero to shut down (signal handler) */
 } plumb_serve_opts;
 

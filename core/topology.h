@@ -1,0 +1,42 @@
+/* topology.h — where plumb's threads run (hwloc). Threads are sized from
+ * physical cores, not SMT siblings, within the CPUs the process may use
+ * (affinity masks, cgroups). With several NUMA nodes, --numa picks a plan:
+ *   off         no pinning (the OS decides)
+ *   distribute  one thread per core on every node, numbered node by node,
+ *               each pinned; the kernels' static row split then gives every
+ *               node a contiguous slice of each matrix, and since the
+ *               repacked weights are written by the same split (first
+ *               touch), each node's threads read memory that node holds
+ *   isolate     only the cores of one node (the one the process starts on)
+ * The plan is a pure function of a topology, so tests run it on synthetic
+ * ones (e.g. "pack:2 numa:2 core:8 pu:2"). */
+#ifndef PLUMB_TOPOLOGY_H
+#define PLUMB_TOPOLOGY_H
+
+#include <stddef.h>
+
+#define PLUMB_MAX_THREADS 1024
+#define PLUMB_MAX_NODES 64
+
+typedef struct {
+    char mode[16];
+    int n_threads;
+    int pu[PLUMB_MAX_THREADS];    /* OS index of the PU thread i is pinned to, -1 = not pinned */
+    int node[PLUMB_MAX_THREADS];  /* NUMA node (logical index) of thread i, -1 = any */
+    int n_nodes;                  /* NUMA nodes in the allowed set */
+    int node_threads[PLUMB_MAX_NODES];
+    int packages, cores, pus;     /* in the allowed set */
+} plumb_placement;
+
+/* synthetic: an hwloc synthetic description, or NULL for this machine.
+ * requested: threads wanted (0 = one per physical core of the plan).
+ * Returns 0, or -1 with an error (unknown mode, bad description). */
+int plumb_topology_plan(const char *synthetic, const char *mode, int requested, plumb_placement *out);
+/* Pins the OpenMP threads as planned (and sets their number). */
+int plumb_topology_apply(const plumb_placement *p);
+/* Physical cores this process may use (1 if unknown). */
+int plumb_physical_cores(void);
+/* Human-readable description of the topology and the plans. */
+void plumb_topology_describe(const char *synthetic, char *buf, size_t n);
+
+#endif

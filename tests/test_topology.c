@@ -1,0 +1,62 @@
+/* Thread placement plans on synthetic hwloc topologies (this machine has a
+ * single NUMA node, so the interesting cases are made up). */
+#include "../core/topology.h"
+#include "../core/util.h"
+#include "helpers.h"
+
+#define BIG "pack:2 numa:2 core:8 pu:2" /* 2 packages x 2 nodes x 8 cores x 2 SMT = 32 cores, 64 PUs */
+
+Test(topology, counts_physical_cores_not_smt_siblings) {
+    plumb_placement p;
+    cr_assert_eq(plumb_topology_plan(BIG, "off", 0, &p), 0, "%s", plumb_last_error());
+    cr_expect_eq(p.packages, 2);
+    cr_expect_eq(p.n_nodes, 4);
+    cr_expect_eq(p.cores, 32);
+    cr_expect_eq(p.pus, 64);
+    cr_expect_eq(p.n_threads, 32, "one thread per core, not per PU");
+    for (int i = 0; i < p.n_threads; i++) cr_expect_eq(p.pu[i], -1, "off pins nothing");
+}
+
+Test(topology, distribute_orders_threads_node_by_node) {
+    plumb_placement p;
+    cr_assert_eq(plumb_topology_plan(BIG, "distribute", 0, &p), 0);
+    cr_expect_eq(p.n_threads, 32);
+    for (int n = 0; n < 4; n++) cr_expect_eq(p.node_threads[n], 8);
+    int seen[128] = {0};
+    for (int i = 0; i < 32; i++) {
+        cr_expect_eq(p.node[i], i / 8, "thread %d on node %d", i, p.node[i]);
+        cr_assert(p.pu[i] >= 0 && p.pu[i] < 128);
+        cr_expect_eq(p.pu[i] % 2, 0, "first PU of each core (SMT siblings stay free)");
+        cr_expect_eq(seen[p.pu[i]]++, 0, "PU %d used twice", p.pu[i]);
+    }
+}
+
+Test(topology, distribute_spreads_fewer_threads_over_all_nodes) {
+    plumb_placement p;
+    cr_assert_eq(plumb_topology_plan(BIG, "distribute", 6, &p), 0);
+    cr_expect_eq(p.n_threads, 6);
+    cr_expect_eq(p.node_threads[0], 2);
+    cr_expect_eq(p.node_threads[1], 2);
+    cr_expect_eq(p.node_threads[2], 1);
+    cr_expect_eq(p.node_threads[3], 1);
+    for (int i = 1; i < 6; i++) cr_expect_geq(p.node[i], p.node[i - 1], "node order kept");
+}
+
+Test(topology, isolate_stays_on_one_node) {
+    plumb_placement p;
+    cr_assert_eq(plumb_topology_plan(BIG, "isolate", 0, &p), 0);
+    cr_expect_eq(p.n_threads, 8);
+    for (int i = 0; i < 8; i++) cr_expect_eq(p.node[i], 0);
+}
+
+Test(topology, single_node_machine_and_bad_input) {
+    plumb_placement p;
+    cr_assert_eq(plumb_topology_plan("core:4 pu:2", "distribute", 0, &p), 0);
+    cr_expect_eq(p.n_threads, 4);
+    cr_expect_eq(p.n_nodes, 1);
+    cr_expect_neq(plumb_topology_plan(BIG, "mirror-ish", 0, &p), 0);
+    cr_expect(strstr(plumb_last_error(), "unknown --numa mode") != NULL);
+    cr_expect_neq(plumb_topology_plan("this is not hwloc", "off", 0, &p), 0);
+    cr_assert_eq(plumb_topology_plan(NULL, "off", 0, &p), 0, "this machine: %s", plumb_last_error());
+    cr_expect_geq(p.cores, 1);
+}
