@@ -107,7 +107,7 @@ Test(cli, bench_record_and_compare) {
     snprintf(args, sizeof args, "bench -m %s -t 1 -p 16 -n 8 --reps 2 --warmup 0 --no-quality -o %s --report %s", p, a, rep);
     cmd_result r = run(args);
     cr_assert_eq(r.code, 0, "%s", r.err);
-    cr_expect(strstr(r.out, "| F32 | cpu | 1 | 16 |") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "| F32 | cpu | 1 | 1 | 16 |") != NULL, "%s", r.out); /* threads 1, batch 1, prompt 16 */
     done(&r);
     char path[600];
     snprintf(path, sizeof path, "%s.json", a);
