@@ -126,3 +126,83 @@ const plumb_kernels *plumb_kernels_avx2_vnni(void) { return &avx2_vnni; }
 const plumb_kernels *plumb_kernels_avx2(void) { return NULL; }
 const plumb_kernels *plumb_kernels_avx2_vnni(void) { return NULL; }
 #endif
+
+/* ---- AVX-512 VNNI: two repacked 8-row groups side by side in one 512-bit
+ * register, so each vpdpbusd advances 16 rows x 4 activation bytes; four
+ * tokens share every weight load (prefill, batched decode). ---- */
+#if defined(__x86_64__)
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+T512 static inline int32_t load_i32_512(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+#define Q4_STEP16(T, A)                                                                                      \
+    l##T = _mm512_dpbusd_epi32(l##T, lo, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)));                 \
+    h##T = _mm512_dpbusd_epi32(h##T, hi, _mm512_set1_epi32(load_i32_512(A[b].qs + 16 + 4 * s)))
+#define Q4_FINISH16(T, A)                                                                                               \
+    acc##T = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(l##T, h##T)), _mm512_set1_ps(A[b].d), \
+                                                 _mm512_set1_ps(8.0f * A[b].s)), acc##T)
+
+/* out[t][0..8) are group 0's rows, out[t][8..16) group 1's */
+T512 static void gemm16_q4_0_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out) {
+    const uint8_t *w0 = w0v, *w1 = w1v;
+    const block_q8a *a0 = av[0], *a1 = av[1], *a2 = av[2], *a3 = av[3];
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 16, w1 += 16 + 8 * 16) {
+        __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
+        for (int s = 0; s < 4; s++) {
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
+                                                 _mm256_loadu_si256((const __m256i *)(w1 + 16 + 32 * s)), 1);
+            const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+            Q4_STEP16(0, a0); Q4_STEP16(1, a1); Q4_STEP16(2, a2); Q4_STEP16(3, a3);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w0)),
+                                                                  _mm_loadu_si128((const __m128i *)w1), 1));
+        Q4_FINISH16(0, a0); Q4_FINISH16(1, a1); Q4_FINISH16(2, a2); Q4_FINISH16(3, a3);
+    }
+    _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
+}
+
+#define Q8_STEP16(T, A) i##T = _mm512_dpbusd_epi32(i##T, ax, _mm512_mask_sub_epi8(_mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)), neg, zero, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s))))
+#define Q8_FINISH16(T, A) acc##T = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(A[b].d)), _mm512_cvtepi32_ps(i##T), acc##T)
+
+T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out) {
+    const uint8_t *w0 = w0v, *w1 = w1v;
+    const block_q8a *a0 = av[0], *a1 = av[1], *a2 = av[2], *a3 = av[3];
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 32, w1 += 16 + 8 * 32) {
+        __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
+        for (int s = 0; s < 8; s++) {
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
+                                                 _mm256_loadu_si256((const __m256i *)(w1 + 16 + 32 * s)), 1);
+            /* |x| as the unsigned operand; the activations take x's signs */
+            const __mmask64 neg = _mm512_movepi8_mask(x);
+            const __m512i ax = _mm512_abs_epi8(x);
+            Q8_STEP16(0, a0); Q8_STEP16(1, a1); Q8_STEP16(2, a2); Q8_STEP16(3, a3);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w0)),
+                                                                  _mm_loadu_si128((const __m128i *)w1), 1));
+        Q8_FINISH16(0, a0); Q8_FINISH16(1, a1); Q8_FINISH16(2, a2); Q8_FINISH16(3, a3);
+    }
+    _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
+}
+
+static plumb_kernels avx512_vnni; /* the AVX2-VNNI table plus the 16-row kernels */
+
+const plumb_kernels *plumb_kernels_avx512_vnni(void) {
+    if (!avx512_vnni.name) {
+        avx512_vnni = avx2_vnni;
+        avx512_vnni.name = "avx512-vnni";
+        avx512_vnni.gemm16[PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512;
+        avx512_vnni.gemm16[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512;
+    }
+    return &avx512_vnni;
+}
+#else
+const plumb_kernels *plumb_kernels_avx512_vnni(void) { return NULL; }
+#endif

@@ -26,6 +26,8 @@ typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
 typedef void (*plumb_dot8_fn)(int n, const void *w_group, const void *act, float *out);
 /* the same for four tokens at once: out[t][0..8) from act[t], t < 4 */
 typedef void (*plumb_gemm8_fn)(int n, const void *w_group, const void *const *act, float *const *out);
+/* two groups (16 rows) x four tokens: out[t][0..16) */
+typedef void (*plumb_gemm16_fn)(int n, const void *w_group0, const void *w_group1, const void *const *act, float *const *out);
 
 typedef struct {
     const char *name;
@@ -37,6 +39,7 @@ typedef struct {
     /* kernels over 8-row repacked groups; NULL where the table has none */
     plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
     plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
+    plumb_gemm16_fn gemm16[PLUMB_TYPE_COUNT]; /* AVX-512 only */
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n); /* with F16C where present */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
@@ -45,10 +48,11 @@ typedef struct {
 const plumb_kernels *plumb_kernels_scalar(void);
 const plumb_kernels *plumb_kernels_avx2(void);  /* NULL when not compiled in */
 const plumb_kernels *plumb_kernels_avx2_vnni(void); /* AVX2 + AVX-VNNI */
+const plumb_kernels *plumb_kernels_avx512_vnni(void); /* + AVX-512 VNNI 16-row kernels */
 const plumb_kernels *plumb_kernels_neon(void);  /* NULL when not compiled in */
 
 /* The table the forward pass uses: the best one this CPU supports, unless
- * PLUMB_SIMD=scalar|avx2|avx2-vnni|neon names another (an unsupported name is refused). */
+ * PLUMB_SIMD=scalar|avx2|avx2-vnni|avx512-vnni|neon names another (an unsupported name is refused). */
 const plumb_kernels *plumb_kernels_active(void);
 int plumb_kernels_select(const char *name); /* 0 ok, -1 with error */
 const char *plumb_cpu_features(void);      /* "avx2 fma f16c" etc. */

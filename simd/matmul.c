@@ -39,6 +39,16 @@ static int cpu_has_avxvnni(void) {
 #endif
 }
 
+static int cpu_has_avx512vnni(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return cpu_has_avxvnni() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 const char *plumb_cpu_features(void) {
     static char buf[128];
     if (buf[0]) return buf;
@@ -66,8 +76,9 @@ int plumb_kernels_select(const char *name) {
     if (!strcmp(name, "scalar")) k = plumb_kernels_scalar();
     else if (!strcmp(name, "avx2")) k = cpu_has_avx2_fma_f16c() ? plumb_kernels_avx2() : NULL;
     else if (!strcmp(name, "avx2-vnni")) k = cpu_has_avxvnni() ? plumb_kernels_avx2_vnni() : NULL;
+    else if (!strcmp(name, "avx512-vnni")) k = cpu_has_avx512vnni() ? plumb_kernels_avx512_vnni() : NULL;
     else if (!strcmp(name, "neon")) k = plumb_kernels_neon();
-    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, neon)", name);
+    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, avx512-vnni, neon)", name);
     if (!k) return plumb_set_error("kernel set '%s' is not available on this CPU/build", name);
     active = k;
     return 0;
@@ -78,7 +89,8 @@ const plumb_kernels *plumb_kernels_active(void) {
     const char *env = getenv("PLUMB_SIMD");
     if (env && *env && plumb_kernels_select(env) == 0) return active;
     const plumb_kernels *k = NULL;
-    if (cpu_has_avxvnni()) k = plumb_kernels_avx2_vnni();
+    if (cpu_has_avx512vnni()) k = plumb_kernels_avx512_vnni();
+    if (!k && cpu_has_avxvnni()) k = plumb_kernels_avx2_vnni();
     if (!k && cpu_has_avx2_fma_f16c()) k = plumb_kernels_avx2();
     if (!k) k = plumb_kernels_neon();
     if (!k) k = plumb_kernels_scalar();
@@ -197,6 +209,31 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
         const plumb_dot8_fn dot8 = k->dot8[W->type];
         const size_t group_bytes = 8 * W->row_bytes;
         const plumb_gemm8_fn gemm8 = k->gemm8[W->type];
+        const plumb_gemm16_fn gemm16 = k->gemm16[W->type];
+        if (gemm16 && n_tok >= 4 && (rows / 8) % 2 == 0) {
+            /* pairs of groups: 16 rows x 4 tokens per kernel call */
+#pragma omp parallel for schedule(static)
+            for (int64_t g = 0; g < rows / 8; g += 2) {
+                const uint8_t *w0 = (const uint8_t *)W->packed + (size_t)g * group_bytes, *w1 = w0 + group_bytes;
+                int t0 = 0;
+                for (; t0 + 4 <= n_tok; t0 += 4) {
+                    float out[4][16];
+                    const void *acts[4];
+                    float *outs[4] = {out[0], out[1], out[2], out[3]};
+                    for (int t = 0; t < 4; t++) acts[t] = (uint8_t *)act_buf + (size_t)(t0 + t) * act_row;
+                    gemm16((int)cols, w0, w1, acts, outs);
+                    for (int t = 0; t < 4; t++) memcpy(y + (size_t)(t0 + t) * rows + 8 * g, out[t], sizeof out[t]);
+                }
+                for (; t0 < n_tok; t0++) {
+                    float out[8];
+                    for (int h = 0; h < 2; h++) {
+                        dot8((int)cols, h ? w1 : w0, (uint8_t *)act_buf + (size_t)t0 * act_row, out);
+                        memcpy(y + (size_t)t0 * rows + 8 * (g + h), out, sizeof out);
+                    }
+                }
+            }
+            return;
+        }
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < rows / 8; g++) {
             const uint8_t *wg = (const uint8_t *)W->packed + (size_t)g * group_bytes;

@@ -116,6 +116,25 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
         plumb_repack8(type, w, rb, n, p);
         float got[8];
         k->dot8[type](n, p, a, got);
+        if (k->gemm16[type]) { /* two groups (the same one twice) x 4 tokens against dot8 */
+            block_q8a *acts[4];
+            float outs[4][16], *op[4] = {outs[0], outs[1], outs[2], outs[3]};
+            for (int tk = 0; tk < 4; tk++) {
+                acts[tk] = malloc(sizeof(block_q8a) * (size_t)(n / 32));
+                for (int i = 0; i < n; i++) row[i] = x[i] * (float)(tk + 1);
+                plumb_quantize_q8a(row, acts[tk], n);
+            }
+            k->gemm16[type](n, p, p, (const void *const *)acts, op);
+            for (int tk = 0; tk < 4; tk++) {
+                float single[8];
+                k->dot8[type](n, p, acts[tk], single);
+                for (int rr = 0; rr < 16; rr++) {
+                    if (fabsf(outs[tk][rr] - single[rr % 8]) <= 1e-4f * (fabsf(single[rr % 8]) + 1)) r->passed++;
+                    else kc_fail(r, "%s gemm16 %s n=%d token %d row %d: %.7g vs dot8 %.7g", k->name, t->name, n, tk, rr, outs[tk][rr], single[rr % 8]);
+                }
+                free(acts[tk]);
+            }
+        }
         if (k->gemm8[type]) { /* the multi-token kernel: token tk gets the activations scaled by t+1 */
             for (int nt = 4; nt <= 4; nt++) {
                 block_q8a *acts[4];

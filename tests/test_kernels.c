@@ -21,6 +21,11 @@ Test(kernels, avx2_vnni_matches_scalar) {
     check(plumb_kernels_avx2_vnni());
 }
 
+Test(kernels, avx512_vnni_matches_scalar) {
+    if (plumb_kernels_select("avx512-vnni") != 0) cr_skip_test("AVX-512 VNNI not available: %s", plumb_last_error());
+    check(plumb_kernels_avx512_vnni());
+}
+
 Test(kernels, neon_matches_scalar) {
     if (!plumb_kernels_neon()) cr_skip_test("not an aarch64 build (make neon-test runs these under qemu)");
     check(plumb_kernels_neon());
