@@ -153,6 +153,14 @@ T512 static void gemm16_q4_0_avx512(int n, const void *w0v, const void *w1v, con
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 16, w1 += 16 + 8 * 16) {
+        /* fetch ahead: with a handful of tokens the product is as much a
+         * stream over the weights as a computation */
+        _mm_prefetch((const char *)w0 + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)w0 + 1024 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w0 + 1024 + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)w1 + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)w1 + 1024 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w1 + 1024 + 128, _MM_HINT_T0);
         __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
         for (int s = 0; s < 4; s++) {
             const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
@@ -176,6 +184,10 @@ T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, con
     const __m512i zero = _mm512_setzero_si512();
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 32, w1 += 16 + 8 * 32) {
+        for (int l = 0; l < 272; l += 64) {
+            _mm_prefetch((const char *)w0 + 2048 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)w1 + 2048 + l, _MM_HINT_T0);
+        }
         __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
         for (int s = 0; s < 8; s++) {
             const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
