@@ -220,9 +220,10 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
 
         /* attention block */
         for (int t = 0; t < n; t++) rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, L->attn_norm.data, d, hp->rms_eps);
-        plumb_matmul(&L->wq, c->xb, n, c->q, c->act_buf, exact); /* q: [n][d]      */
-        plumb_matmul(&L->wk, c->xb, n, c->k, c->act_buf, exact); /* k: [n][kv_dim] */
-        plumb_matmul(&L->wv, c->xb, n, c->v, c->act_buf, exact); /* v: [n][kv_dim] */
+        /* q: [n][d], k and v: [n][kv_dim], one pass over the input */
+        const plumb_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        plumb_matmul_n(qkv, 3, c->xb, n, qkv_out, c->act_buf, exact);
         add_bias(c->q, &L->bq, n);
         add_bias(c->k, &L->bk, n);
         add_bias(c->v, &L->bv, n);
@@ -240,8 +241,9 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
 
         /* feed-forward block: down(silu(gate(x)) * up(x)) */
         for (int t = 0; t < n; t++) rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, L->ffn_norm.data, d, hp->rms_eps);
-        plumb_matmul(&L->w_gate, c->xb, n, c->hb, c->act_buf, exact); /* hb:  [n][ff] */
-        plumb_matmul(&L->w_up, c->xb, n, c->hb2, c->act_buf, exact);  /* hb2: [n][ff] */
+        const plumb_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
+        float *gate_up_out[2] = {c->hb, c->hb2};
+        plumb_matmul_n(gate_up, 2, c->xb, n, gate_up_out, c->act_buf, exact); /* hb, hb2: [n][ff] */
         for (size_t i = 0; i < (size_t)n * ff; i++) c->hb[i] = silu(c->hb[i]) * c->hb2[i];
         plumb_matmul(&L->w_down, c->hb, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];

@@ -72,6 +72,12 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
  * also when nothing was done. */
 int plumb_matrix_repack(plumb_matrix *W);
 
+/* Several matrices applied to the same input (q/k/v, gate/up): y[i] = x W[i]^T.
+ * For a single token over repacked weights this is one parallel loop over
+ * all their row groups (one barrier instead of one per matrix) with the
+ * activations quantized once; otherwise it is plumb_matmul per matrix. */
+void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact);
+
 /* Row r of W as floats (for embedding lookup). */
 void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out);
 

@@ -316,3 +316,27 @@ int plumb_matrix_repack(plumb_matrix *W) {
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
     return 0;
 }
+
+void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact) {
+    const plumb_kernels *k = plumb_kernels_active();
+    int fused = n_tok == 1 && !exact && nw <= 4 && k != plumb_kernels_scalar();
+    for (int i = 0; fused && i < nw; i++)
+        fused = W[i]->packed && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols && k->dot8[W[i]->type] &&
+                plumb_type_get(W[i]->type)->act == PLUMB_ACT_Q8;
+    if (!fused) {
+        for (int i = 0; i < nw; i++) plumb_matmul(W[i], x, n_tok, y[i], act_buf, exact);
+        return;
+    }
+    k->quantize_q8a(x, act_buf, W[0]->cols);
+    const plumb_dot8_fn dot8 = k->dot8[W[0]->type];
+    int64_t first[5] = {0};
+    for (int i = 0; i < nw; i++) first[i + 1] = first[i] + W[i]->rows / 8;
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < first[nw]; g++) {
+        int i = 0;
+        while (g >= first[i + 1]) i++;
+        const int64_t gi = g - first[i];
+        const uint8_t *wg = (const uint8_t *)W[i]->packed + (size_t)gi * 8 * W[i]->row_bytes;
+        dot8((int)W[i]->cols, wg, act_buf, y[i] + 8 * gi);
+    }
+}

@@ -70,3 +70,36 @@ Test(kernels, matmul_driver) {
         free(w); free(wf); free(x); free(y); free(ye); free(act);
     }
 }
+
+/* The fused multi-matrix product equals separate products. */
+Test(kernels, matmul_n_equals_separate) {
+    const int cols = 512, rows[3] = {64, 16, 16};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 9);
+    const uint32_t types[2] = {PLUMB_TYPE_Q4_0, PLUMB_TYPE_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        const plumb_type_traits *t = plumb_type_get(types[ti]);
+        const size_t rb = plumb_type_row_bytes(types[ti], cols);
+        plumb_matrix m[3];
+        uint8_t *w[3];
+        float *x = malloc(sizeof(float) * cols), *row = malloc(sizeof(float) * cols);
+        kc_random(x, cols, &rng, 1.0f);
+        float *ya[3], *yb[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = malloc(rb * (size_t)rows[i]);
+            for (int r = 0; r < rows[i]; r++) { kc_random(row, cols, &rng, 0.1f); t->from_float(row, w[i] + (size_t)r * rb, cols); }
+            m[i] = (plumb_matrix){types[ti], rows[i], cols, rb, w[i], "m", NULL};
+            plumb_matrix_repack(&m[i]);
+            ya[i] = calloc((size_t)rows[i], sizeof(float));
+            yb[i] = calloc((size_t)rows[i], sizeof(float));
+        }
+        void *act = malloc(plumb_matmul_act_bytes(PLUMB_TYPE_Q4_0, cols, 1) + 64);
+        const plumb_matrix *mp[3] = {&m[0], &m[1], &m[2]};
+        plumb_matmul_n(mp, 3, x, 1, ya, act, 0);
+        for (int i = 0; i < 3; i++) plumb_matmul(&m[i], x, 1, yb[i], act, 0);
+        for (int i = 0; i < 3; i++)
+            for (int r = 0; r < rows[i]; r++) cr_expect_float_eq(ya[i][r], yb[i][r], 1e-6f, "%s matrix %d row %d", t->name, i, r);
+        for (int i = 0; i < 3; i++) { plumb_dealloc((void *)m[i].packed); free(w[i]); free(ya[i]); free(yb[i]); }
+        free(x); free(row); free(act);
+    }
+}
