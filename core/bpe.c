@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "merge.h"
 #include "model.h"
 #include "util.h"
 
@@ -180,54 +181,12 @@ static int merge_rank(const plumb_bpe *b, const char *l, int ln, const char *r, 
     }
 }
 
-typedef struct { int prev, next; const char *text; int n; } sym;
-typedef struct { int left, right, rank, size; } big;
-
-static int big_before(const big *x, const big *y) { return x->rank < y->rank || (x->rank == y->rank && x->left < y->left); }
-
-typedef struct { big *a; int n, cap; } bheap;
-
-static int bh_push(bheap *h, big v) {
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 64;
-        big *na = realloc(h->a, sizeof(big) * (size_t)cap);
-        if (!na) return -1;
-        h->a = na;
-        h->cap = cap;
-    }
-    int i = h->n++;
-    h->a[i] = v;
-    while (i > 0 && big_before(&h->a[i], &h->a[(i - 1) / 2])) {
-        big t = h->a[i]; h->a[i] = h->a[(i - 1) / 2]; h->a[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-    return 0;
-}
-
-static big bh_pop(bheap *h) {
-    big top = h->a[0];
-    h->a[0] = h->a[--h->n];
-    for (int i = 0;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && big_before(&h->a[l], &h->a[m])) m = l;
-        if (r < h->n && big_before(&h->a[r], &h->a[m])) m = r;
-        if (m == i) break;
-        big t = h->a[i]; h->a[i] = h->a[m]; h->a[m] = t;
-        i = m;
-    }
-    return top;
-}
-
-static int add_big(const plumb_bpe *b, bheap *h, sym *s, int l, int r) {
+static int add_big(const plumb_bpe *b, merge_queue *h, merge_symbol *s, int l, int r) {
     if (l < 0 || r < 0) return 0;
     int rank = merge_rank(b, s[l].text, s[l].n, s[r].text, s[r].n);
-    return rank < 0 ? 0 : bh_push(h, (big){l, r, rank, s[l].n + s[r].n});
+    return rank < 0 ? 0 : merge_push(h, (merge_pair){l, r, -(float)rank, s[l].n + s[r].n}); /* lowest rank first */
 }
 
-static int utf8_len(uint8_t c) {
-    static const int lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lens[c >> 4];
-}
 
 typedef void (*emit_fn)(void *ctx, int id);
 
@@ -235,8 +194,8 @@ typedef void (*emit_fn)(void *ctx, int id);
 static int bpe_piece(const plumb_vocab *v, const plumb_bpe *b, const char *p, int n, emit_fn emit, void *ctx) {
     /* byte-encode */
     char *enc = malloc((size_t)n * 2 + 1);
-    sym *s = malloc(sizeof(sym) * (size_t)(n + 1));
-    bheap h = {0};
+    merge_symbol *s = malloc(sizeof(merge_symbol) * (size_t)(n + 1));
+    merge_queue h = {0};
     int rc = -1, m = 0;
     if (!enc || !s) goto out;
     for (int i = 0; i < n; i++) {
@@ -252,14 +211,14 @@ static int bpe_piece(const plumb_vocab *v, const plumb_bpe *b, const char *p, in
     for (int off = 0; off < m; ns++) {
         int cl = utf8_len((uint8_t)enc[off]);
         if (cl > m - off) cl = m - off;
-        s[ns] = (sym){ns - 1, off + cl == m ? -1 : ns + 1, enc + off, cl};
+        s[ns] = (merge_symbol){ns - 1, off + cl == m ? -1 : ns + 1, enc + off, cl};
         off += cl;
     }
     for (int i = 1; i < ns; i++)
         if (add_big(b, &h, s, i - 1, i)) goto out;
     while (h.n > 0) {
-        big g = bh_pop(&h);
-        sym *l = &s[g.left], *r = &s[g.right];
+        merge_pair g = merge_pop(&h);
+        merge_symbol *l = &s[g.left], *r = &s[g.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != g.size || l->next != g.right) continue; /* stale */
         l->n += r->n;
         r->n = 0;

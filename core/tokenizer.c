@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "merge.h"
 #include "model.h"
 #include "util.h"
 
@@ -146,65 +147,14 @@ void vocab_free(plumb_vocab *v) {
 
 /* ---- SPM merge ---- */
 
-typedef struct { int prev, next; const char *text; int n; } symbol;
-typedef struct { int left, right; float score; int size; } bigram;
-
-typedef struct {
-    bigram *a;
-    int n, cap;
-} heap;
-
-/* higher score first; on ties the leftmost pair */
-static int bigram_before(const bigram *x, const bigram *y) {
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-static int heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        int cap = h->cap ? h->cap * 2 : 64;
-        bigram *na = realloc(h->a, sizeof(bigram) * (size_t)cap);
-        if (!na) return -1;
-        h->a = na;
-        h->cap = cap;
-    }
-    int i = h->n++;
-    h->a[i] = b;
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!bigram_before(&h->a[i], &h->a[p])) break;
-        bigram t = h->a[i]; h->a[i] = h->a[p]; h->a[p] = t;
-        i = p;
-    }
-    return 0;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->a[0];
-    h->a[0] = h->a[--h->n];
-    int i = 0;
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && bigram_before(&h->a[l], &h->a[m])) m = l;
-        if (r < h->n && bigram_before(&h->a[r], &h->a[m])) m = r;
-        if (m == i) break;
-        bigram t = h->a[i]; h->a[i] = h->a[m]; h->a[m] = t;
-        i = m;
-    }
-    return top;
-}
-
-static int try_add_bigram(const plumb_vocab *v, heap *h, symbol *sym, int left, int right) {
+static int try_add_bigram(const plumb_vocab *v, merge_queue *h, merge_symbol *sym, int left, int right) {
     if (left < 0 || right < 0) return 0;
     int size = sym[left].n + sym[right].n;
     int id = vocab_find(v, sym[left].text, size);
     if (id < 0) return 0;
-    return heap_push(h, (bigram){left, right, v->score[id], size});
+    return merge_push(h, (merge_pair){left, right, v->score[id], size});
 }
 
-static int utf8_len(uint8_t c) {
-    static const int lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lens[c >> 4];
-}
 
 typedef struct {
     plumb_token *out;
@@ -233,8 +183,8 @@ static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, int 
     /* 1. escape spaces */
     size_t cap = 3 * len + 4;
     char *s = malloc(cap);
-    symbol *sym = malloc(sizeof(symbol) * (len + 2));
-    heap h = {0};
+    merge_symbol *sym = malloc(sizeof(merge_symbol) * (len + 2));
+    merge_queue h = {0};
     int rc = -1;
     if (!s || !sym) goto done;
     size_t n = 0;
@@ -248,15 +198,15 @@ static int spm_tokenize(const plumb_vocab *v, const char *text, size_t len, int 
     for (size_t off = 0; off < n; ns++) {
         int cl = utf8_len((uint8_t)s[off]);
         if ((size_t)cl > n - off) cl = (int)(n - off);
-        sym[ns] = (symbol){ns - 1, (off + (size_t)cl == n) ? -1 : ns + 1, s + off, cl};
+        sym[ns] = (merge_symbol){ns - 1, (off + (size_t)cl == n) ? -1 : ns + 1, s + off, cl};
         off += (size_t)cl;
     }
     /* 3. merges */
     for (int i = 1; i < ns; i++)
         if (try_add_bigram(v, &h, sym, i - 1, i)) goto done;
     while (h.n > 0) {
-        bigram b = heap_pop(&h);
-        symbol *l = &sym[b.left], *r = &sym[b.right];
+        merge_pair b = merge_pop(&h);
+        merge_symbol *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;
         r->n = 0;
