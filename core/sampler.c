@@ -2,6 +2,7 @@
  * repetition penalty, top-k, top-p (nucleus) and min-p filtering. The order
  * (penalty, top-k, softmax with temperature, top-p, min-p) is llama.cpp's
  * classic chain. A fixed seed gives the same tokens every run. */
+#define _GNU_SOURCE /* qsort_r */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +65,11 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static const float *sort_keys;
-static int by_logit_desc(const void *a, const void *b) {
-    float x = sort_keys[*(const int *)a], y = sort_keys[*(const int *)b];
+/* qsort_r comparator: ids by their logit, descending (keys = the logits),
+ * so several samplers can sort at once on different threads */
+static int by_logit_desc(const void *a, const void *b, void *keys) {
+    const float *k = keys;
+    float x = k[*(const int *)a], y = k[*(const int *)b];
     return x < y ? 1 : x > y ? -1 : (*(const int *)a - *(const int *)b);
 }
 
@@ -119,14 +122,13 @@ plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
         /* candidates sorted by logit; with top-k only the best k are needed,
          * found by a partial selection (a size-k min-heap), not a full sort */
         int n = nv;
-        sort_keys = l;
         if (s->p.top_k > 0 && s->p.top_k < nv) {
             n = s->p.top_k;
             select_top_k(l, nv, n, s->idx);
         } else {
             for (int i = 0; i < nv; i++) s->idx[i] = i;
         }
-        qsort(s->idx, (size_t)n, sizeof(int), by_logit_desc);
+        qsort_r(s->idx, (size_t)n, sizeof(int), by_logit_desc, l);
         /* softmax with temperature over the candidates */
         const float max = l[s->idx[0]];
         double sum = 0;

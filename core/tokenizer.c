@@ -51,10 +51,10 @@ static int get_token_id(const gguf_file *f, const char *key, int n, int *out) {
     return 0;
 }
 
-static const int *sort_len; /* qsort context: token lengths */
-static int by_len_desc(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return sort_len[y] - sort_len[x] ? sort_len[y] - sort_len[x] : x - y;
+/* qsort_r comparator: token ids by text length, longest first (len = lengths) */
+static int by_len_desc(const void *a, const void *b, void *len) {
+    const int *L = len, x = *(const int *)a, y = *(const int *)b;
+    return L[y] - L[x] ? L[y] - L[x] : x - y;
 }
 
 int vocab_load(plumb_vocab *v, const gguf_file *f) {
@@ -130,8 +130,7 @@ int vocab_load(plumb_vocab *v, const gguf_file *f) {
     if (!v->special) return plumb_set_error("out of memory loading vocabulary");
     for (int i = 0; i < n; i++)
         if ((v->type[i] == TOK_CONTROL || v->type[i] == TOK_USER_DEFINED) && v->len[i] > 0) v->special[v->n_special++] = i;
-    sort_len = v->len;
-    qsort(v->special, (size_t)v->n_special, sizeof(int), by_len_desc);
+    qsort_r(v->special, (size_t)v->n_special, sizeof(int), by_len_desc, v->len);
     return 0;
 }
 

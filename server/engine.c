@@ -21,6 +21,7 @@ struct engine {
     request **active;
     int n_active;
     int stop;
+    double last_step; /* end of the previous decode step, 0 when idle */
     engine_stats st;
 };
 
@@ -242,15 +243,14 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&r->mu);
         }
         /* inter-token latency: one step for every sequence that decoded */
-        static double last_step;
-        if (last_step > 0) {
+        if (e->last_step > 0) {
             pthread_mutex_lock(&e->mu);
-            observe(e->st.itl_buckets, engine_itl_bounds, 12, now - last_step);
-            e->st.itl_sum += now - last_step;
+            observe(e->st.itl_buckets, engine_itl_bounds, 12, now - e->last_step);
+            e->st.itl_sum += now - e->last_step;
             e->st.itl_count++;
             pthread_mutex_unlock(&e->mu);
         }
-        last_step = now;
+        e->last_step = now;
         for (int i = 0; i < e->n_active;) {
             request *r = e->active[i];
             pthread_mutex_lock(&r->mu);
@@ -259,7 +259,7 @@ static void *engine_main(void *arg) {
             if (d) retire(e, i);
             else i++;
         }
-        if (e->n_active == 0) last_step = 0;
+        if (e->n_active == 0) e->last_step = 0;
     }
     free(toks); free(pos); free(seq); free(owner); free(want);
     return NULL;
