@@ -204,17 +204,30 @@ T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, con
     _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
 }
 
-static plumb_kernels avx512_vnni; /* the AVX2-VNNI table plus the 16-row kernels */
+/* The AVX2-VNNI table plus the 16-row kernels. */
+static const plumb_kernels avx512_vnni = {
+    .name = "avx512-vnni",
+    .dot_f32 = dot_f32,
+    .dot = {
+        [PLUMB_TYPE_F32] = dot_f32_w,
+        [PLUMB_TYPE_F16] = dot_f16_w,
+        [PLUMB_TYPE_BF16] = dot_bf16_w,
+        [PLUMB_TYPE_Q8_0] = VNNI_DOT_Q8_0,
+        [PLUMB_TYPE_Q4_0] = VNNI_DOT_Q4_0,
+        [PLUMB_TYPE_Q4_1] = VNNI_DOT_Q4_1,
+        [PLUMB_TYPE_Q4_K] = AVX2_DOT_Q4_K,
+        [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
+        [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
+    },
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
+    .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
+    .f16_to_f32 = f16_to_f32,
+    .quantize_q8a = AVX2_QUANTIZE_Q8A,
+    .quantize_q8K = AVX2_QUANTIZE_Q8K,
+};
 
-const plumb_kernels *plumb_kernels_avx512_vnni(void) {
-    if (!avx512_vnni.name) {
-        avx512_vnni = avx2_vnni;
-        avx512_vnni.name = "avx512-vnni";
-        avx512_vnni.gemm16[PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512;
-        avx512_vnni.gemm16[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512;
-    }
-    return &avx512_vnni;
-}
+const plumb_kernels *plumb_kernels_avx512_vnni(void) { return &avx512_vnni; }
 #else
 const plumb_kernels *plumb_kernels_avx512_vnni(void) { return NULL; }
 #endif
