@@ -1,54 +1,94 @@
 #!/usr/bin/env bash
 # bench/gpu-suite.sh — plumb's GPU checks and benchmarks, run on a machine
 # with an NVIDIA GPU from a tree holding a built ./plumb and ./libplumb-cuda.so.
-#   PART=check  correctness: GPU vs CPU on the real models (top-1, KL, max
-#               log-prob difference, greedy ids)
-#   PART=tiny   TinyLlama-1.1B shape: CPU vs -ngl all vs partial; batch 1/8/64
-#   PART=tiny-gpu  TinyLlama shape, -ngl all only, batch 1/8/64
-#   PART=7b     Llama-2-7B shape: the same at batch 1/8/64 on the GPU
+# PARTS (default "check synth tiny 7b") runs, in order:
+#   check  correctness on the real models: greedy ids CPU vs GPU, teacher-forced
+#          top-1 / KL / max log-prob difference against the CPU's exact path
+#   synth  the same comparison on a synthetic TinyLlama-1.1B-shape Q4_0 model at
+#          chunk sizes that take every product kernel (8 tokens: matrix-vector;
+#          12/24/40/64: the tensor-core GEMM with 1, 2 and 4 token tiles)
+#   tiny   TinyLlama-1.1B shape Q4_0: -ngl all at batch 1/8/64
+#   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64, and -ngl 16
+#   ab     the same 7B file through $AB_PLUGIN (an older plugin) in the same binary,
+#          and the current plugin without CUDA graphs, at batch 1 and 64
+#   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT" models-cache
 export LD_LIBRARY_PATH="$PWD/.devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-for d in /usr/local/lib/python3*/dist-packages/nvidia/cublas/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib; do
+for d in /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib; do
     [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
 S=${PLUMB_SHARED:-../shared}
 P=./plumb
 T=${THREADS:-16}
-case "${PART:-check}" in
+TEXT="$S/reference/stories260K.greedy.once-upon-a-time.txt"
+model() { # shape type -> path (made once)
+    local f=models-cache/$1-$2.gguf
+    [ -f "$f" ] || $P mkmodel --shape "$1" --type "$2" -o "$f" >/dev/null 2>&1
+    echo "$f"
+}
+compare() { # model ctx label: KL etc. of -ngl all against the CPU's exact path
+    $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T --exact --kl-base "$OUT/base.bin" >/dev/null 2>&1 || { echo "CPU reference failed"; return; }
+    $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T -ngl all --kl "$OUT/base.bin" 2>&1 | tail -4
+    rm -f "$OUT/base.bin"
+}
+for part in ${PARTS:-check synth tiny 7b}; do
+case $part in
 check)
     nvidia-smi -L | tee "$OUT/gpu.txt"
     $P --version
     for m in stories260K.gguf TinyStories-656K-Q8_0.gguf; do
-        echo "== $m: greedy ids, CPU vs GPU"
-        $P run -m "$S/models/$m" -p "Once upon a time" -n 48 --temp 0 --show-ids --exact 2>&1 >/dev/null | grep "generated ids" | tee "$OUT/ids-cpu-$m.txt"
-        $P run -m "$S/models/$m" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids|GPU|plumb:" | tee "$OUT/ids-gpu-$m.txt"
-        echo "== $m: teacher-forced KL / top-1 / max log-prob difference, GPU vs CPU exact"
-        $P perplexity -m "$S/models/$m" -f "$S/reference/stories260K.greedy.once-upon-a-time.txt" -c 64 --exact --kl-base "$OUT/base-$m.bin" | tail -2
-        $P perplexity -m "$S/models/$m" -f "$S/reference/stories260K.greedy.once-upon-a-time.txt" -c 64 -ngl all --kl "$OUT/base-$m.bin" | tail -4
-        rm -f "$OUT/base-$m.bin"
+        echo "== $m: greedy ids, CPU exact vs GPU"
+        $P run -m "$S/models/$m" -p "Once upon a time" -n 48 --temp 0 --show-ids --exact 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-cpu.txt"
+        $P run -m "$S/models/$m" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids" > "$OUT/ids-gpu.txt"
+        cmp -s "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt" && echo "greedy ids identical" || { echo "greedy ids DIFFER"; cat "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt"; }
+        for c in 8 64; do echo "-- $m -c $c"; compare "$S/models/$m" $c 2; done
     done 2>&1 | tee "$OUT/check.txt"
     ;;
-tiny-gpu)
-    [ -f models-cache/tl-q4_0.gguf ] || $P mkmodel --shape tinyllama-1.1b --type q4_0 -o models-cache/tl-q4_0.gguf
-    $P bench -m models-cache/tl-q4_0.gguf --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
-        -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt"
+synth)
+    m=$(model tinyllama-1.1b q4_0)
+    {
+        echo "== synthetic TinyLlama Q4_0: greedy ids, CPU vs GPU (matrix-vector path)"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids|GPU"
+        for c in 8 12 24 40 64; do echo "-- -c $c"; compare "$m" $c 2; done
+    } 2>&1 | tee "$OUT/synth.txt"
     ;;
 tiny)
-    for t in q4_0 q8_0; do
-        [ -f models-cache/tl-$t.gguf ] || $P mkmodel --shape tinyllama-1.1b --type $t -o models-cache/tl-$t.gguf
-    done
-    $P bench -m models-cache/tl-q4_0.gguf -m models-cache/tl-q8_0.gguf --backends cpu,cuda --ngl 11,all -t $T --batch 1,8,64 \
-        -p 128 -n 32 --reps 3 --no-quality -o "$OUT/tinyllama" 2>&1 | tee "$OUT/tinyllama.txt"
+    m=$(model tinyllama-1.1b q4_0)
+    $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+        -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt" | grep -E "^\| |GPU path|rror"
     ;;
 7b)
-    [ -f models-cache/l7-q4_0.gguf ] || $P mkmodel --shape llama2-7b --type q4_0 -o models-cache/l7-q4_0.gguf
-    $P bench -m models-cache/l7-q4_0.gguf --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
-        -o "$OUT/llama2-7b-gpu" 2>&1 | tee "$OUT/llama2-7b-gpu.txt"
-    $P bench -m models-cache/l7-q4_0.gguf --backends cpu,cuda --ngl 16 -t $T --batch 1 -p 16 -n 16 --reps 2 --no-quality \
-        -o "$OUT/llama2-7b-cpu" 2>&1 | tee "$OUT/llama2-7b-cpu.txt"
+    m=$(model llama2-7b q4_0)
+    $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+        -o "$OUT/llama2-7b-gpu" 2>&1 | tee "$OUT/llama2-7b-gpu.txt" | grep -E "^\| |GPU path|rror"
+    ;;
+ab)
+    m=$(model llama2-7b q4_0)
+    {
+        echo "== current plugin, CUDA graphs off"
+        PLUMB_CUDA_GRAPHS=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nographs"
+        if [ -n "${AB_PLUGIN:-}" ]; then
+            echo "== $AB_PLUGIN"
+            PLUMB_CUDA_PLUGIN=$AB_PLUGIN $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-old"
+        fi
+    } 2>&1 | tee "$OUT/ab.txt" | grep -E "^\| |==|GPU path|rror"
+    ;;
+prof)
+    m=$(model llama2-7b q4_0)
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$NCU" ] || { echo "no ncu"; continue; }
+    # batch 1: 5 prompt tokens, then decode steps; skip the first steps' kernels
+    PLUMB_CUDA_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 1400 --launch-count 340 --csv \
+        $P run -m "$m" -p "Once upon a time" -n 8 --temp 0 -ngl all > "$OUT/ncu-b1.csv" 2>"$OUT/ncu-b1.err"
+    python3 bench/ncu_summary.py "$OUT/ncu-b1.csv" | tee "$OUT/ncu-b1.txt"
+    PLUMB_CUDA_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 45000 --launch-count 340 --csv \
+        $P bench -m "$m" --backends cuda --ngl all --batch 64 -p 128 -n 4 --reps 1 --warmup 0 --no-quality -o "$OUT/prof64" > "$OUT/ncu-b64.csv" 2>"$OUT/ncu-b64.err"
+    python3 bench/ncu_summary.py "$OUT/ncu-b64.csv" | tee "$OUT/ncu-b64.txt"
     ;;
 esac
+done

@@ -88,6 +88,7 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
         plumb_batch pb = {n, toks, pos, seq, want};
         if (plumb_decode(c, &pb)) { rc = -1; break; }
         double t1 = plumb_time_s();
+#pragma omp parallel for if (B > 1)
         for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
         double t_first = plumb_time_s(), t_prev = t_first;
         for (int g = 0; g < G && !rc; g++) {
@@ -99,6 +100,8 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
             }
             plumb_batch db = {B, toks, pos, seq, want};
             if (plumb_decode(c, &db)) { rc = -1; break; }
+            /* greedy picks, one sequence per thread (a server samples its sequences in parallel too) */
+#pragma omp parallel for if (B > 1)
             for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
             double t = plumb_time_s();
             if (measured) itl[n_itl++] = (t - t_prev) * 1e3;

@@ -207,8 +207,9 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
     /* x[t] = token embedding                                 x: [n][d] */
     for (int t = 0; t < n; t++) plumb_matrix_row_f32(&m->tok_embd, tokens[t], c->x + (size_t)t * d);
 
-    /* RoPE angles for each token's position (the same for every layer) */
-    for (int t = 0; t < n; t++)
+    /* RoPE angles for each token's position (the same for every layer; the
+     * GPU computes its own) */
+    for (int t = 0; t < n && c->gpu_first > 0; t++)
         for (int i = 0; i < hp->n_rot / 2; i++) {
             double theta = (double)pos[t] * pow((double)hp->rope_freq_base, -2.0 * i / hp->n_rot);
             cs[t][i] = (float)cos(theta);

@@ -1,17 +1,36 @@
 // plumb_cuda.cu — the CUDA plugin: a range of transformer layers on the GPU.
 //
-// Weights stay in their GGUF types on the device (Q8_0, Q4_0, F16, F32; other
-// types are converted to F16 on the host at load). Decode-sized batches run
-// dequantize-in-kernel matrix-vector products (one warp per output row,
-// up to 8 tokens per pass over the weights); larger batches dequantize each
-// matrix to F16 once per call and multiply with cuBLAS on tensor cores. The
-// KV cache is paged exactly like the host's: each sequence's block table
-// comes with the batch. Every CUDA call is checked; errors travel back as
-// text, never as exit().
+// Layout of the work (one decode step of n tokens, per layer):
+//   rmsnorm -> activations        int8 blocks (n <= 8) or F16 (larger n)
+//   [q;k;v] = Wqkv . act          one product over the three matrices, stacked
+//   rope + bias, k/v -> cache     the cache is paged like the host's, in F16
+//   attention                     one block per (token, kv head), online softmax
+//   x += Wo . act
+//   rmsnorm -> activations
+//   [gate;up] = Wgu . act         stacked like q/k/v
+//   act = silu(gate) * up
+//   x += Wdown . act
+//
+// Weights: Q4_0 and Q8_0 stay quantized on the device, split into a quant
+// array (16 or 32 bytes a block, so a warp reads them as 16-byte vectors)
+// and an array of F16 block scales. F16 stays F16; F32 matrices become F16.
+// Products:
+//   n <= 8 tokens, Q4_0/Q8_0: a warp per row, int8 activations, __dp4a;
+//     the weights are read once for all n tokens (decode is bandwidth bound).
+//   n > 8, Q4_0/Q8_0: a tensor-core GEMM that dequantizes each 64-wide
+//     slice of weights to F16 in shared memory (WMMA, F32 accumulation), with
+//     split-K (partials summed in a fixed order, so results are deterministic).
+//   F16 weights: cuBLAS on tensor cores.
+// The whole step is captured once per (tokens, wanted logits) into a CUDA
+// graph and replayed: a 7B model issues ~330 kernels a token, and launching
+// them one by one costs more than the weights take to stream.
+//
+// Every CUDA call is checked; errors travel back as text, never as exit().
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +44,12 @@ extern "C" {
 #define TYPE_Q4_0 2
 #define TYPE_Q8_0 8
 
+#define QK 32          // values per quant block
+#define MATVEC_MAX_N 8 // tokens the matrix-vector kernels take in one pass
+#define ACT_Q8 1       // activation formats a product can ask for
+#define ACT_F16 2
+#define GRAPH_SLOTS 32
+
 #define CHECK(call, what)                                                                                           \
     do {                                                                                                            \
         cudaError_t e_ = (call);                                                                                    \
@@ -34,48 +59,95 @@ extern "C" {
         }                                                                                                           \
     } while (0)
 
-struct dtensor {
-    uint32_t type;
-    int64_t rows, cols;
-    size_t row_bytes;
-    void *d;
-    __half *f16; /* dequantized copy for tensor-core batches, when memory allows */
+// A weight matrix on the device: quantized (qs + scales) or F16.
+struct dmat {
+    uint32_t type; // TYPE_Q4_0, TYPE_Q8_0 or TYPE_F16 (F32 sources are stored as F16)
+    int rows, cols;
+    uint8_t *qs;  // Q4_0: [rows][cols/2]; Q8_0: [rows][cols]
+    __half *d;    // [rows][cols/32] block scales
+    __half *f16;  // F16: [rows][cols]
 };
 
-// Activations for the integer path: per 32 values, a float scale and 32
-// int8, so a Q4_0/Q8_0 row is multiplied with __dp4a (4 products per
-// instruction) and x costs ~1 byte per element to read, not 4.
-struct q8blk { float d; float s; int32_t q[8]; };
-
 struct dlayer {
-    dtensor attn_norm, ffn_norm, wq, wk, wv, wo, bq, bk, bv, w_gate, w_up, w_down;
+    float *attn_norm, *ffn_norm;
+    float *bqkv;          // [d + 2 kv] (zeros where a bias is absent), or NULL
+    dmat qkv[3];          // stacked into qkv[0] when the types agree (n_qkv = 1)
+    int n_qkv;
+    dmat wo, gu[2], down; // gate/up stacked into gu[0] when the types agree
+    int n_gu;
+};
+
+struct graph_slot {
+    int n, n_out, used;
+    unsigned long stamp;
+    cudaGraphExec_t exec;
 };
 
 struct handle {
     plumb_backend_model_desc desc;
     dlayer *layers;
-    dtensor output_norm, output;
-    float *k_pool, *v_pool;          // [block][layer][kv_block][kv_dim]
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits; // device scratch
-    __half *wscratch, *ascratch;     // dequantized weights / activations for cuBLAS
-    q8blk *xq;                       // int8 activations for the dp4a path
-    size_t wscratch_elems;
-    int *pos, *seq, *table, *rows_out;
-    int max_blocks;
+    dmat output;
+    float *output_norm;
+    int num_sms;
+    __half *k_pool, *v_pool; // [block][layer][kv_block][kv_dim]
+    // device scratch
+    float *x, *qkv, *att, *gu, *logits, *cs, *sn, *partial;
+    size_t partial_elems;
+    int8_t *aq;   // int8 activations [max_batch][max_k]
+    float2 *ad;   // their block scales (d, d * sum of quants) [max_batch][max_k/32]
+    __half *ah;   // F16 activations [max_batch][max_k]
+    int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
+    void *blas_ws;
+    // pinned host staging
+    float *hx, *hlogits;
+    int *hmeta;
+    size_t meta_ints, hlogits_rows;
+    cudaStream_t stream;
     cublasHandle_t blas;
+    graph_slot graphs[GRAPH_SLOTS];
+    unsigned long clock;
+    int use_graphs;
     size_t bytes, peak;
 };
 
 // ---------------------------------------------------------------- kernels
 
 __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ int warp_isum(int v) {
+#pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-__global__ void k_rmsnorm(const float *x, const float *w, float *out, int d, float eps) {
-    const float *xr = x + (size_t)blockIdx.x * d;
-    float *o = out + (size_t)blockIdx.x * d;
+// One warp writes one 32-value block of activations: int8 quants with the
+// block's scale and (scale x sum of quants), as the Q4_0 product's -8 offset
+// needs, and/or the F16 values.
+__device__ __forceinline__ void store_act_block(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    const int lane = threadIdx.x & 31;
+    if (fmt & ACT_Q8) {
+        const float amax = warp_max(fabsf(v));
+        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        const int q = __float2int_rn(v * id);
+        const int sum = warp_isum(q);
+        aq[(size_t)row * k + blk * QK + lane] = (int8_t)q;
+        if (lane == 0) ad[(size_t)row * (k / QK) + blk] = make_float2(d, d * (float)sum);
+    }
+    if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
+}
+
+// act[r] = x[src_row] * rsqrt(mean(x^2) + eps) * w; src_row = rows ? rows[r] : r.
+__global__ void k_rmsnorm_act(const float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    const int r = blockIdx.x;
+    const float *xr = x + (size_t)(rows ? rows[r] : r) * d;
     __shared__ float part[32];
     float ss = 0;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
@@ -83,331 +155,435 @@ __global__ void k_rmsnorm(const float *x, const float *w, float *out, int d, flo
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
     if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x + 31) / 32 ? part[threadIdx.x] : 0;
+        float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0;
         v = warp_sum(v);
         if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
     const float scale = rsqrtf(part[0] / d + eps);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = xr[i] * scale * w[i];
-}
-
-// y[t][r] = W[r] . x[t], NT tokens per pass; one warp per row.
-template <int NT>
-__global__ void k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, int rows, int cols, const float *x, float *y, int n_tok_total) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (warp >= rows) return;
-    const uint8_t *wr = W + (size_t)warp * row_bytes;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
-    if (type == TYPE_Q4_0) {
-        const int nb = cols / 32;
-        for (int b = lane; b < nb; b += 32) {
-            const uint8_t *blk = wr + (size_t)b * 18;
-            const float d = __half2float(*(const __half *)blk);
-            const uint16_t *qs = (const uint16_t *)(blk + 2);
-            float w[32];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const uint16_t v = qs[j];
-                w[2 * j] = (float)((v & 0xF) - 8) * d;
-                w[2 * j + 16] = (float)(((v >> 4) & 0xF) - 8) * d;
-                w[2 * j + 1] = (float)(((v >> 8) & 0xF) - 8) * d;
-                w[2 * j + 17] = (float)((v >> 12) - 8) * d;
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float4 *xv = (const float4 *)(x + (size_t)t * cols + b * 32);
-                float s = 0;
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const float4 xx = xv[j];
-                    s += w[4 * j] * xx.x + w[4 * j + 1] * xx.y + w[4 * j + 2] * xx.z + w[4 * j + 3] * xx.w;
-                }
-                acc[t] += s;
-            }
+    if ((fmt & ACT_Q8) || d % QK == 0) { // whole warps over 32-value blocks
+        for (int blk = threadIdx.x >> 5; blk < d / QK; blk += blockDim.x >> 5) {
+            const int i = blk * QK + (threadIdx.x & 31);
+            store_act_block(xr[i] * scale * w[i], r, blk, d, fmt, aq, ad, ah);
         }
-    } else if (type == TYPE_Q8_0) {
-        const int nb = cols / 32;
-        for (int b = lane; b < nb; b += 32) {
-            const uint8_t *blk = wr + (size_t)b * 34;
-            const float d = __half2float(*(const __half *)blk);
-            const int8_t *qs = (const int8_t *)(blk + 2);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float *xv = x + (size_t)t * cols + b * 32;
-                float s = 0;
-#pragma unroll
-                for (int j = 0; j < 32; j++) s += (float)qs[j] * xv[j];
-                acc[t] += s * d;
-            }
-        }
-    } else if (type == TYPE_F16) {
-        const __half2 *w2 = (const __half2 *)wr;
-        for (int i = lane; i < cols / 2; i += 32) {
-            const float2 wf = __half22float2(w2[i]);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const float2 xv = ((const float2 *)(x + (size_t)t * cols))[i];
-                acc[t] += wf.x * xv.x + wf.y * xv.y;
-            }
-        }
-    } else { // F32
-        const float *wf = (const float *)wr;
-        for (int i = lane; i < cols; i += 32)
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[t] += wf[i] * x[(size_t)t * cols + i];
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * rows + warp] = s;
-    }
-}
-
-
-__global__ void k_quantize_q8(const float *x, q8blk *out, int n_blocks) {
-    const int b = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (b >= n_blocks) return;
-    const float v = x[(size_t)b * 32 + lane];
-    float amax = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    const int q = __float2int_rn(v * id);
-    int sum = q;
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    ((int8_t *)out[b].q)[lane] = (int8_t)q;
-    if (lane == 0) { out[b].d = d; out[b].s = d * (float)sum; }
-}
-
-// y[t][r] = W[r] . x[t] for Q4_0 / Q8_0 rows against q8 activations; one
-// warp per row, each lane one 32-element block at a time.
-template <int NT>
-__global__ void k_matvec_q(uint32_t type, const uint8_t *W, size_t row_bytes, int rows, int cols, const q8blk *xq, float *y) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (warp >= rows) return;
-    const uint8_t *wr = W + (size_t)warp * row_bytes;
-    const int nb = cols / 32;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
-    for (int b = lane; b < nb; b += 32) {
-        if (type == TYPE_Q4_0) {
-            const uint8_t *blk = wr + (size_t)b * 18;
-            const float d = __half2float(*(const __half *)blk);
-            const uint16_t *qs = (const uint16_t *)(blk + 2);
-            int lo[4], hi[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const uint32_t v = (uint32_t)qs[2 * j] | ((uint32_t)qs[2 * j + 1] << 16);
-                lo[j] = (int)(v & 0x0F0F0F0Fu);
-                hi[j] = (int)((v >> 4) & 0x0F0F0F0Fu);
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const q8blk *a = xq + (size_t)t * nb + b;
-                int s = 0;
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    s = __dp4a(lo[j], a->q[j], s);
-                    s = __dp4a(hi[j], a->q[j + 4], s);
-                }
-                acc[t] += d * (a->d * (float)s - 8.0f * a->s);
-            }
-        } else { /* Q8_0 */
-            const uint8_t *blk = wr + (size_t)b * 34;
-            const float d = __half2float(*(const __half *)blk);
-            const uint16_t *qs = (const uint16_t *)(blk + 2);
-            int w[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) w[j] = (int)((uint32_t)qs[2 * j] | ((uint32_t)qs[2 * j + 1] << 16));
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const q8blk *a = xq + (size_t)t * nb + b;
-                int s = 0;
-#pragma unroll
-                for (int j = 0; j < 8; j++) s = __dp4a(w[j], a->q[j], s);
-                acc[t] += d * a->d * (float)s;
-            }
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * rows + warp] = s;
-    }
-}
-
-// W (any supported type) -> F16 [rows][cols]
-__global__ void k_dequant_f16(uint32_t type, const uint8_t *W, size_t row_bytes, int rows, int cols, __half *out) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)rows * cols) return;
-    const int r = (int)(i / cols), c = (int)(i % cols);
-    const uint8_t *wr = W + (size_t)r * row_bytes;
-    float v;
-    if (type == TYPE_Q4_0) {
-        const uint8_t *blk = wr + (size_t)(c / 32) * 18;
-        const int j = c % 32;
-        const uint8_t q = blk[2 + (j & 15)];
-        v = (float)((j < 16 ? (q & 0xF) : (q >> 4)) - 8) * __half2float(*(const __half *)blk);
-    } else if (type == TYPE_Q8_0) {
-        const uint8_t *blk = wr + (size_t)(c / 32) * 34;
-        v = (float)((const int8_t *)(blk + 2))[c % 32] * __half2float(*(const __half *)blk);
-    } else if (type == TYPE_F16) {
-        v = __half2float(((const __half *)wr)[c]);
     } else {
-        v = ((const float *)wr)[c];
-    }
-    out[i] = __float2half(v);
-}
-
-__global__ void k_to_half(const float *x, __half *y, size_t n) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = __float2half(x[i]);
-}
-
-__global__ void k_add_bias(float *x, const float *b, int n, int d) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)n * d) x[i] += b[i % d];
-}
-
-__global__ void k_add(float *x, const float *y, size_t n) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
-}
-
-__global__ void k_silu_mul(float *a, const float *b, size_t n) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        const float g = a[i];
-        a[i] = g / (1.0f + __expf(-g)) * b[i];
+        for (int i = threadIdx.x; i < d; i += blockDim.x) ah[(size_t)r * d + i] = __float2half(xr[i] * scale * w[i]);
     }
 }
 
-// RoPE on q and k of each token, then k and v into the token's KV slot.
-__global__ void k_rope_store(float *q, float *k, const float *v, const int *pos, const int *seq, const int *table, int max_blocks, int n_head,
-                             int n_head_kv, int hd, int n_rot, int neox, float base, float *kp, float *vp, int layer, int n_layers, int kv_block) {
-    const int t = blockIdx.x, kv_dim = n_head_kv * hd;
-    const int p = pos[t];
+// act[t] = x[t] (swiglu = 0) or silu(x[t][i]) * x[t][k + i] (swiglu = 1, x
+// holds [gate | up] rows of ldx floats). grid (n, ceil(k / 32 / 8)), 256 threads.
+__global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    const int t = blockIdx.x;
+    const float *xr = x + (size_t)t * ldx;
+    if ((fmt & ACT_Q8) || k % QK == 0) {
+        const int blk = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        if (blk >= k / QK) return;
+        const int i = blk * QK + (threadIdx.x & 31);
+        float v = xr[i];
+        if (swiglu) v = v / (1.0f + __expf(-v)) * xr[k + i];
+        store_act_block(v, t, blk, k, fmt, aq, ad, ah);
+    } else {
+        for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < k; i += gridDim.y * blockDim.x) {
+            float v = xr[i];
+            if (swiglu) v = v / (1.0f + __expf(-v)) * xr[k + i];
+            ah[(size_t)t * k + i] = __float2half(v);
+        }
+    }
+}
+
+// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per row, each lane one
+// 32-value block at a time (Q4_0: one 16-byte load of quants; Q8_0: two).
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int rows, int k,
+                                                const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
+    const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int nb = k / QK;
+    const __half *dr = wd + (size_t)row * nb;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+#pragma unroll 4
+    for (int b = lane; b < nb; b += 32) {
+        const float dw = __half2float(dr[b]);
+        int lo[8];
+        if (TYPE == TYPE_Q4_0) {
+            const uint4 w = __ldg((const uint4 *)(qs + (size_t)row * (k / 2)) + b);
+            lo[0] = w.x & 0x0F0F0F0F; lo[1] = w.y & 0x0F0F0F0F; lo[2] = w.z & 0x0F0F0F0F; lo[3] = w.w & 0x0F0F0F0F;
+            lo[4] = (w.x >> 4) & 0x0F0F0F0F; lo[5] = (w.y >> 4) & 0x0F0F0F0F; lo[6] = (w.z >> 4) & 0x0F0F0F0F; lo[7] = (w.w >> 4) & 0x0F0F0F0F;
+        } else {
+            const uint4 *wp = (const uint4 *)(qs + (size_t)row * k) + 2 * b;
+            const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
+            lo[0] = w0.x; lo[1] = w0.y; lo[2] = w0.z; lo[3] = w0.w; lo[4] = w1.x; lo[5] = w1.y; lo[6] = w1.z; lo[7] = w1.w;
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
+            const int4 a0 = xa[0], a1 = xa[1];
+            int s = __dp4a(lo[0], a0.x, 0);
+            s = __dp4a(lo[1], a0.y, s); s = __dp4a(lo[2], a0.z, s); s = __dp4a(lo[3], a0.w, s);
+            s = __dp4a(lo[4], a1.x, s); s = __dp4a(lo[5], a1.y, s); s = __dp4a(lo[6], a1.z, s); s = __dp4a(lo[7], a1.w, s);
+            const float2 sd = ad[(size_t)t * nb + b];
+            acc[t] += TYPE == TYPE_Q4_0 ? dw * (sd.x * (float)s - 8.0f * sd.y) : dw * sd.x * (float)s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0) {
+            float *o = y + (size_t)t * ldy + row;
+            *o = accumulate ? *o + s : s;
+        }
+    }
+}
+
+// Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
+// A block is 8 warps: 128 rows x (16 NF) tokens; each warp owns 16 rows.
+// Per 64-wide slice of k, each warp dequantizes its rows' two quant blocks
+// to F16 in shared memory (the next slice is already loading into
+// registers), the block copies the activations' slice, and the warp runs
+// 4 x NF 16x16x16 WMMA products. gridDim.z splits k; with splits, each
+// split writes its partial sums and k_splitk_sum adds them in order.
+#define GM_ROWS 128
+#define GM_KC 64
+#define GM_LD (GM_KC + 8) // padded row (halves): 144 bytes, keeps WMMA loads off one bank
+template <int TYPE, int NF>
+__global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int rows, int k, const __half *__restrict__ A,
+                                                int n, float *C, int ldc, int accumulate, int chunks_per_split, float *partial) {
+    using namespace nvcuda;
+    constexpr int BN = 16 * NF;
+    __shared__ __align__(32) unsigned char smem[(GM_ROWS + BN) * GM_LD * 2 > 8 * NF * 1024 ? (GM_ROWS + BN) * GM_LD * 2 : 8 * NF * 1024];
+    __half *sW = (__half *)smem, *sA = sW + GM_ROWS * GM_LD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = blockIdx.x * GM_ROWS, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (k + GM_KC - 1) / GM_KC;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+    // this lane's quant block within a slice: row warp*16 + lane/2, block lane&1
+    const int my_row = r0 + warp * 16 + (lane >> 1), my_blk = lane & 1;
+    uint4 wq0 = make_uint4(0, 0, 0, 0), wq1 = make_uint4(0, 0, 0, 0);
+    __half wdq = __float2half(0.0f);
+    uint4 areg[NF];
+    auto load_slice = [&](int c) {
+        const int kb = c * (GM_KC / QK) + my_blk;
+        wq0 = wq1 = make_uint4(0, 0, 0, 0);
+        wdq = __float2half(0.0f);
+        if (my_row < rows && kb < nkb) {
+            wdq = wd[(size_t)my_row * nkb + kb];
+            if (TYPE == TYPE_Q4_0) {
+                wq0 = __ldg((const uint4 *)(qs + (size_t)my_row * (k / 2)) + kb);
+            } else {
+                const uint4 *p = (const uint4 *)(qs + (size_t)my_row * k) + 2 * kb;
+                wq0 = __ldg(p);
+                wq1 = __ldg(p + 1);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NF; j++) { // BN tokens x 8 chunks of 8 halves
+            const int idx = threadIdx.x + 256 * j, tok = idx >> 3, col = c * GM_KC + (idx & 7) * 8;
+            areg[j] = make_uint4(0, 0, 0, 0);
+            if (tok < BN && t0 + tok < n && col < k) areg[j] = *(const uint4 *)(A + (size_t)(t0 + tok) * k + col);
+        }
+    };
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
+#pragma unroll
+    for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
+    if (c_begin < c_end) load_slice(c_begin);
+    for (int c = c_begin; c < c_end; c++) {
+        __syncthreads(); // the previous slice's products are done with shared memory
+        {                // dequantize this lane's block to F16: 32 values at sW[row][blk*32 ..]
+            __half2 *dst = (__half2 *)(sW + (warp * 16 + (lane >> 1)) * GM_LD + my_blk * QK);
+            const __half2 d2 = __half2half2(wdq);
+            if (TYPE == TYPE_Q4_0) {
+                const uint32_t wv[4] = {wq0.x, wq0.y, wq0.z, wq0.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) { // bytes 4i..4i+3: low nibbles are values 4i.., high ones 16+4i..
+                    const uint32_t v = wv[i];
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int b0 = (v >> (16 * j)) & 0xFF, b1 = (v >> (16 * j + 8)) & 0xFF;
+                        dst[2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 & 15) - 8), (float)((b1 & 15) - 8)), d2);
+                        dst[8 + 2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 >> 4) - 8), (float)((b1 >> 4) - 8)), d2);
+                    }
+                }
+            } else {
+                const uint32_t wv[8] = {wq0.x, wq0.y, wq0.z, wq0.w, wq1.x, wq1.y, wq1.z, wq1.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const int8_t *b = (const int8_t *)&wv[i];
+                    dst[2 * i] = __hmul2(__floats2half2_rn((float)b[0], (float)b[1]), d2);
+                    dst[2 * i + 1] = __hmul2(__floats2half2_rn((float)b[2], (float)b[3]), d2);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NF; j++) {
+                const int idx = threadIdx.x + 256 * j;
+                if ((idx >> 3) < BN) *(uint4 *)(sA + (idx >> 3) * GM_LD + (idx & 7) * 8) = areg[j];
+            }
+        }
+        __syncthreads();
+        if (c + 1 < c_end) load_slice(c + 1); // in flight while the tensor cores work
+#pragma unroll
+        for (int kk = 0; kk < GM_KC; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, sW + warp * 16 * GM_LD + kk, GM_LD);
+#pragma unroll
+            for (int j = 0; j < NF; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, sA + j * 16 * GM_LD + kk, GM_LD);
+                wmma::mma_sync(acc[j], fa, fb, acc[j]);
+            }
+        }
+    }
+    __syncthreads(); // shared memory now holds the results: per warp NF tiles of 16 tokens x 16 rows
+    float *sC = (float *)smem + warp * NF * 256;
+#pragma unroll
+    for (int j = 0; j < NF; j++) wmma::store_matrix_sync(sC + j * 256, acc[j], 16, wmma::mem_col_major);
+    __syncwarp();
+    for (int e = lane; e < NF * 256; e += 32) {
+        const int j = e >> 8, tl = (e >> 4) & 15, rl = e & 15;
+        const int r = r0 + warp * 16 + rl, t = t0 + j * 16 + tl;
+        if (r >= rows || t >= n) continue;
+        const float v = sC[e];
+        if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
+        else {
+            float *o = C + (size_t)t * ldc + r;
+            *o = accumulate ? *o + v : v;
+        }
+    }
+}
+
+__global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, float *C, int ldc, int accumulate) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)n * rows) return;
+    const int t = (int)(i / rows), r = (int)(i % rows);
+    float s = 0;
+    for (int z = 0; z < splits; z++) s += partial[(size_t)z * n * rows + i];
+    float *o = C + (size_t)t * ldc + r;
+    *o = accumulate ? *o + s : s;
+}
+
+// cos/sin of each token's rotary angles, in double like the host.
+__global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * half_rot) return;
+    const int t = i / half_rot, j = i % half_rot;
+    const double theta = (double)pos[t] * pow((double)base, -2.0 * j / (2 * half_rot));
+    cs[i] = (float)cos(theta);
+    sn[i] = (float)sin(theta);
+}
+
+// Per token: biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into
+// the token's cache slot. qkv rows: [q (n_head*hd) | k (kv_dim) | v (kv_dim)].
+__global__ void k_rope_kv(float *qkv, int ldq, const float *bias, const float *cs, const float *sn, const int *pos, const int *seq, const int *table,
+                          int max_blocks, int n_head, int n_head_kv, int hd, int n_rot, int neox, __half *kp, __half *vp, int layer, int n_layers,
+                          int kv_block) {
+    const int t = blockIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd, p = pos[t];
+    float *row = qkv + (size_t)t * ldq;
+    const int block = table[seq[t] * max_blocks + p / kv_block];
+    const size_t slot = (((size_t)block * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
+    const float *c = cs + (size_t)t * (n_rot / 2), *s = sn + (size_t)t * (n_rot / 2);
+    // rotary pairs of q and k heads
     for (int i = threadIdx.x; i < (n_head + n_head_kv) * (n_rot / 2); i += blockDim.x) {
         const int h = i / (n_rot / 2), j = i % (n_rot / 2);
-        float *vec = h < n_head ? q + (size_t)t * n_head * hd + h * hd : k + (size_t)t * kv_dim + (h - n_head) * hd;
-        const double theta = (double)p * pow((double)base, -2.0 * j / n_rot);
-        const float c = (float)cos(theta), s = (float)sin(theta);
-        const int a = neox ? j : 2 * j, b = neox ? j + n_rot / 2 : 2 * j + 1;
-        const float x0 = vec[a], x1 = vec[b];
-        vec[a] = x0 * c - x1 * s;
-        vec[b] = x0 * s + x1 * c;
+        const int base = h < n_head ? h * hd : qd + (h - n_head) * hd;
+        const int a = base + (neox ? j : 2 * j), b = base + (neox ? j + n_rot / 2 : 2 * j + 1);
+        float x0 = row[a], x1 = row[b];
+        if (bias) { x0 += bias[a]; x1 += bias[b]; }
+        const float y0 = x0 * c[j] - x1 * s[j], y1 = x0 * s[j] + x1 * c[j];
+        if (h < n_head) { row[a] = y0; row[b] = y1; }
+        else { kp[slot + a - qd] = __float2half(y0); kp[slot + b - qd] = __float2half(y1); }
     }
-    __syncthreads();
-    const int block = table[seq[t] * max_blocks + p / kv_block];
-    const size_t off = (((size_t)block * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kp[off + i] = k[(size_t)t * kv_dim + i];
-        vp[off + i] = v[(size_t)t * kv_dim + i];
+    // dims past n_rot (partial rotary) and all of v
+    for (int i = threadIdx.x; i < qd + 2 * kv_dim; i += blockDim.x) {
+        const int in_head = i < qd + kv_dim ? (i < qd ? i : i - qd) % hd : hd;
+        if (in_head < n_rot) continue;
+        const float v = row[i] + (bias ? bias[i] : 0.0f);
+        if (i < qd) row[i] = v;
+        else if (i < qd + kv_dim) kp[slot + i - qd] = __float2half(v);
+        else vp[slot + i - qd - kv_dim] = __float2half(v);
     }
 }
 
-// One block per (token, head): scores over the sequence, softmax, values.
-__global__ void k_attention(const float *q, float *out, const int *pos, const int *seq, const int *table, int max_blocks, int n_head,
-                            int n_head_kv, int hd, const float *kp, const float *vp, int layer, int n_layers, int kv_block) {
-    extern __shared__ float sc[];
-    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * hd;
-    const int len = pos[t] + 1;
-    const float *qv = q + (size_t)t * n_head * hd + h * hd;
+// Attention for one (token, kv head, group of up to 8 query heads): 4 warps
+// split the positions, each keeps an online softmax per head (lane holds E
+// of the head's hd dims), then the warps' partial results are merged.
+#define ATT_WARPS 4
+#define ATT_HEADS 8
+template <int E>
+__global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, const int *pos, const int *seq, const int *table, int max_blocks, int n_head,
+                                                   int n_head_kv, int hd, const __half *kp, const __half *vp, int layer, int n_layers, int kv_block,
+                                                   float *out, int ldo) {
+    extern __shared__ float sh[]; // [ATT_WARPS][ATT_HEADS] m, l, then [ATT_WARPS][ATT_HEADS][hd] acc
+    const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv;
+    const int h0 = kvh * group + blockIdx.y * ATT_HEADS, nh = min(ATT_HEADS, kvh * group + group - h0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kv_dim = n_head_kv * hd, len = pos[t] + 1;
     const int *tab = table + seq[t] * max_blocks;
     const float scale = rsqrtf((float)hd);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int p = warp; p < len; p += nw) {
-        const float *kv = kp + (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + kvh * hd;
-        float s = 0;
-        for (int i = lane; i < hd; i += 32) s += qv[i] * kv[i];
-        s = warp_sum(s);
-        if (lane == 0) sc[p] = s * scale;
+    float q[ATT_HEADS][E], acc[ATT_HEADS][E], m[ATT_HEADS], l[ATT_HEADS];
+#pragma unroll
+    for (int g = 0; g < ATT_HEADS; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int i = lane * E + e;
+            q[g][e] = g < nh && i < hd ? qkv[(size_t)t * ldq + (h0 + g) * hd + i] * scale : 0.0f;
+            acc[g][e] = 0;
+        }
+    }
+    for (int p = warp; p < len; p += ATT_WARPS) {
+        const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd;
+        float kv[E], vv[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int i = lane * E + e;
+            kv[e] = i < hd ? __half2float(kp[off + i]) : 0.0f;
+            vv[e] = i < hd ? __half2float(vp[off + i]) : 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < ATT_HEADS; g++) {
+            if (g >= nh) break;
+            float s = 0;
+#pragma unroll
+            for (int e = 0; e < E; e++) s += q[g][e] * kv[e];
+            s = warp_sum(s);
+            const float mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), w = __expf(s - mn);
+            l[g] = l[g] * corr + w;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + w * vv[e];
+            m[g] = mn;
+        }
+    }
+    float *sm_m = sh, *sm_l = sh + ATT_WARPS * ATT_HEADS, *sm_acc = sh + 2 * ATT_WARPS * ATT_HEADS;
+#pragma unroll
+    for (int g = 0; g < ATT_HEADS; g++) {
+        if (g >= nh) break;
+        if (lane == 0) { sm_m[warp * ATT_HEADS + g] = m[g]; sm_l[warp * ATT_HEADS + g] = l[g]; }
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            if (lane * E + e < hd) sm_acc[(warp * ATT_HEADS + g) * hd + lane * E + e] = acc[g][e];
     }
     __syncthreads();
-    __shared__ float red[2];
-    if (threadIdx.x == 0) {
-        float m = -INFINITY;
-        for (int p = 0; p < len; p++) m = fmaxf(m, sc[p]);
-        red[0] = m;
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+        const int g = i / hd, dim = i % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w * ATT_HEADS + g]);
+        float z = 0, o = 0;
+        for (int w = 0; w < ATT_WARPS; w++) {
+            const float mw = sm_m[w * ATT_HEADS + g];
+            if (mw == -INFINITY) continue; // a warp that saw no positions
+            const float f = __expf(mw - mx);
+            z += sm_l[w * ATT_HEADS + g] * f;
+            o += sm_acc[(w * ATT_HEADS + g) * hd + dim] * f;
+        }
+        out[(size_t)t * ldo + (h0 + g) * hd + dim] = o / z;
     }
-    __syncthreads();
-    for (int p = threadIdx.x; p < len; p += blockDim.x) sc[p] = __expf(sc[p] - red[0]);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float z = 0;
-        for (int p = 0; p < len; p++) z += sc[p];
-        red[1] = z;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float acc = 0;
-        for (int p = 0; p < len; p++)
-            acc += sc[p] * vp[(((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + kvh * hd + i];
-        out[(size_t)t * n_head * hd + h * hd + i] = acc / red[1];
-    }
-}
-
-__global__ void k_gather_rows(const float *x, const int *rows, float *out, int n_rows, int d) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)n_rows * d) out[i] = x[(size_t)rows[i / d] * d + i % d];
 }
 
 // ---------------------------------------------------------------- host side
 
 static size_t grid(size_t n, int threads) { return (n + threads - 1) / threads; }
 
-static int upload(handle *h, const plumb_backend_tensor *src, dtensor *dst, char *err, size_t err_len) {
-    memset(dst, 0, sizeof *dst);
-    if (!src->data) return 0;
-    dst->rows = src->rows;
-    dst->cols = src->cols;
-    const int native = src->type == TYPE_F32 || src->type == TYPE_F16 || src->type == TYPE_Q4_0 || src->type == TYPE_Q8_0;
-    if (!native) {
-        snprintf(err, err_len, "weight type %u is not supported by the CUDA plugin (F32, F16, Q8_0, Q4_0 are)", src->type);
-        return -1;
-    }
-    dst->type = src->type;
-    dst->row_bytes = src->row_bytes;
-    const size_t bytes = src->row_bytes * (size_t)src->rows;
-    cudaError_t e = cudaMalloc(&dst->d, bytes);
-    if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        snprintf(err, err_len, "out of GPU memory: %zu bytes for weights (%zu free of %zu)", bytes, fr, tot);
-        return -1;
-    }
-    e = cudaMemcpy(dst->d, src->data, bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) {
-        snprintf(err, err_len, "copying weights: %s", cudaGetErrorString(e));
-        return -1;
-    }
-    h->bytes += bytes;
-    /* Batched products multiply F16 weights on tensor cores: dequantize once
-     * here rather than every step, if the card has room (keeping 4 GiB). */
-    size_t fr = 0, tot = 0;
-    const size_t f16_bytes = (size_t)src->rows * (size_t)src->cols * 2;
-    if (src->rows > 1 && cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr > f16_bytes + ((size_t)4 << 30) &&
-        cudaMalloc(&dst->f16, f16_bytes) == cudaSuccess) {
-        k_dequant_f16<<<grid((size_t)src->rows * src->cols, 256), 256>>>(dst->type, (const uint8_t *)dst->d, dst->row_bytes, (int)dst->rows,
-                                                                        (int)dst->cols, dst->f16);
-        h->bytes += f16_bytes;
-    }
-    return 0;
-}
-
 static void *dev_alloc(handle *h, size_t bytes, char *err, size_t err_len, const char *what) {
     void *p = NULL;
+    if (bytes == 0) bytes = 16;
     if (cudaMalloc(&p, bytes) != cudaSuccess) {
         size_t fr = 0, tot = 0;
+        cudaGetLastError();
         cudaMemGetInfo(&fr, &tot);
         snprintf(err, err_len, "out of GPU memory: %zu bytes for %s (%zu free of %zu)", bytes, what, fr, tot);
         return NULL;
     }
     h->bytes += bytes;
     return p;
+}
+
+static int to_device(handle *h, void **dst, const void *src, size_t bytes, char *err, size_t err_len, const char *what) {
+    if (!(*dst = dev_alloc(h, bytes, err, err_len, what))) return -1;
+    cudaError_t e = cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "copying %s: %s", what, cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0; }
+
+// Uploads the matrices srcs[0..n) stacked by rows into one device matrix
+// (same type and width), splitting quant blocks into quants and scales.
+static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n, dmat *dst, char *err, size_t err_len) {
+    memset(dst, 0, sizeof *dst);
+    const uint32_t type = srcs[0]->type;
+    const int cols = (int)srcs[0]->cols;
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += (int)srcs[i]->rows;
+    if (!supported(type)) {
+        snprintf(err, err_len, "weight type %u is not supported by the CUDA plugin (F32, F16, Q8_0, Q4_0 are)", type);
+        return -1;
+    }
+    dst->rows = rows;
+    dst->cols = cols;
+    dst->type = type == TYPE_F32 ? TYPE_F16 : type;
+    const size_t nb = cols / QK;
+    if (type == TYPE_Q4_0 || type == TYPE_Q8_0) {
+        const size_t qrow = type == TYPE_Q4_0 ? cols / 2 : cols, brow = type == TYPE_Q4_0 ? 18 : 34;
+        uint8_t *hq = (uint8_t *)malloc(qrow * rows);
+        uint16_t *hd = (uint16_t *)malloc(nb * rows * 2);
+        int rc = -1;
+        if (!hq || !hd) snprintf(err, err_len, "out of host memory repacking weights");
+        else {
+            int r = 0;
+            for (int i = 0; i < n; i++)
+                for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
+                    const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
+                    for (size_t b = 0; b < nb; b++) {
+                        memcpy(&hd[r * nb + b], src + b * brow, 2);
+                        memcpy(hq + r * qrow + b * (brow - 2), src + b * brow + 2, brow - 2);
+                    }
+                }
+            rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
+                 to_device(h, (void **)&dst->d, hd, nb * rows * 2, err, err_len, "weight scales") ? -1 : 0;
+        }
+        free(hq);
+        free(hd);
+        return rc;
+    }
+    uint16_t *hf = (uint16_t *)malloc((size_t)rows * cols * 2);
+    if (!hf) { snprintf(err, err_len, "out of host memory converting weights"); return -1; }
+    int r = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
+            const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
+            if (type == TYPE_F16) memcpy(hf + (size_t)r * cols, src, (size_t)cols * 2);
+            else
+                for (int c = 0; c < cols; c++) {
+                    __half v = __float2half(((const float *)src)[c]);
+                    hf[(size_t)r * cols + c] = __half_raw(v).x;
+                }
+        }
+    const int rc = to_device(h, (void **)&dst->f16, hf, (size_t)rows * cols * 2, err, err_len, "weights");
+    free(hf);
+    return rc;
+}
+
+// Stacks when every matrix has the same type (one product), else uploads each.
+static int upload_group(handle *h, const plumb_backend_tensor *const *srcs, int n, dmat *dst, int *n_dst, char *err, size_t err_len) {
+    int same = 1;
+    for (int i = 1; i < n; i++) same &= srcs[i]->type == srcs[0]->type && srcs[i]->cols == srcs[0]->cols;
+    if (same) { *n_dst = 1; return upload_mat(h, srcs, n, dst, err, err_len); }
+    *n_dst = n;
+    for (int i = 0; i < n; i++)
+        if (upload_mat(h, &srcs[i], 1, &dst[i], err, err_len)) return -1;
+    return 0;
+}
+
+static int upload_vec(handle *h, const plumb_backend_tensor *t, float **dst, char *err, size_t err_len) {
+    *dst = NULL;
+    if (!t->data) return 0;
+    if (t->type != TYPE_F32) { snprintf(err, err_len, "norm/bias vectors must be F32"); return -1; }
+    return to_device(h, (void **)dst, t->data, (size_t)t->cols * 4, err, err_len, "norm weights");
 }
 
 static int dev_info(char *name, size_t name_len, size_t *fr, size_t *tot, char *err, size_t err_len) {
@@ -424,62 +600,10 @@ static int dev_info(char *name, size_t name_len, size_t *fr, size_t *tot, char *
     return 0;
 }
 
-static void unload(void *hv);
-
-static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
-    handle *h = (handle *)calloc(1, sizeof(handle));
-    if (!h) { snprintf(err, err_len, "out of host memory"); return NULL; }
-    h->desc = *d;
-    h->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof(dlayer));
-    const int kv_dim = d->n_head_kv * d->head_dim, nb = d->max_batch;
-    size_t kv, wmax = 0;
-    if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
-    for (int l = 0; l < d->n_layers; l++) {
-        const plumb_backend_layer *s = &d->layers[l];
-        dlayer *t = &h->layers[l];
-        const plumb_backend_tensor *src[] = {&s->attn_norm, &s->ffn_norm, &s->wq, &s->wk, &s->wv, &s->wo, &s->bq, &s->bk, &s->bv, &s->w_gate, &s->w_up, &s->w_down};
-        dtensor *dst[] = {&t->attn_norm, &t->ffn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->bq, &t->bk, &t->bv, &t->w_gate, &t->w_up, &t->w_down};
-        for (int i = 0; i < 12; i++) {
-            if (upload(h, src[i], dst[i], err, err_len)) goto fail;
-            if (src[i]->rows * src[i]->cols > (int64_t)wmax && src[i]->rows > 1) wmax = (size_t)(src[i]->rows * src[i]->cols);
-        }
-    }
-    if (d->has_head) {
-        if (upload(h, &d->output_norm, &h->output_norm, err, err_len) || upload(h, &d->output, &h->output, err, err_len)) goto fail;
-        if ((size_t)(d->output.rows * d->output.cols) > wmax) wmax = (size_t)(d->output.rows * d->output.cols);
-    }
-    kv = (size_t)d->n_kv_blocks * d->n_layers * d->kv_block * kv_dim;
-    h->max_blocks = d->n_kv_blocks;
-    if (!(h->k_pool = (float *)dev_alloc(h, kv * 4, err, err_len, "the KV cache (keys)")) ||
-        !(h->v_pool = (float *)dev_alloc(h, kv * 4, err, err_len, "the KV cache (values)")) ||
-        !(h->x = (float *)dev_alloc(h, (size_t)nb * d->n_embd * 4, err, err_len, "activations")) ||
-        !(h->xb = (float *)dev_alloc(h, (size_t)nb * d->n_embd * 4, err, err_len, "activations")) ||
-        !(h->q = (float *)dev_alloc(h, (size_t)nb * d->n_embd * 4, err, err_len, "queries")) ||
-        !(h->k = (float *)dev_alloc(h, (size_t)nb * kv_dim * 4, err, err_len, "keys")) ||
-        !(h->v = (float *)dev_alloc(h, (size_t)nb * kv_dim * 4, err, err_len, "values")) ||
-        !(h->att = (float *)dev_alloc(h, (size_t)nb * d->n_embd * 4, err, err_len, "attention")) ||
-        !(h->hb = (float *)dev_alloc(h, (size_t)nb * d->n_ff * 4, err, err_len, "ffn")) ||
-        !(h->hb2 = (float *)dev_alloc(h, (size_t)nb * d->n_ff * 4, err, err_len, "ffn")) ||
-        !(h->logits = (float *)dev_alloc(h, (size_t)nb * (d->has_head ? d->n_vocab : 1) * 4, err, err_len, "logits")) ||
-        !(h->wscratch = (__half *)dev_alloc(h, wmax * 2, err, err_len, "dequantized weights")) ||
-        !(h->xq = (q8blk *)dev_alloc(h, (size_t)8 * ((d->n_ff > d->n_embd ? d->n_ff : d->n_embd) / 32 + 1) * sizeof(q8blk), err, err_len, "int8 activations")) ||
-        !(h->ascratch = (__half *)dev_alloc(h, (size_t)nb * (d->n_ff > d->n_embd ? d->n_ff : d->n_embd) * 2, err, err_len, "activations")) ||
-        !(h->pos = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "positions")) ||
-        !(h->seq = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "sequences")) ||
-        !(h->rows_out = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "rows")) ||
-        !(h->table = (int *)dev_alloc(h, (size_t)d->n_seq_max * d->n_kv_blocks * 4, err, err_len, "block tables")))
-        goto fail;
-    h->wscratch_elems = wmax;
-    h->peak = h->bytes;
-    return h;
-fail:
-    unload(h);
-    return NULL;
-}
-
-static void free_t(dtensor *t) {
-    if (t->d) cudaFree(t->d);
-    if (t->f16) cudaFree(t->f16);
+static void free_mat(dmat *m) {
+    if (m->qs) cudaFree(m->qs);
+    if (m->d) cudaFree(m->d);
+    if (m->f16) cudaFree(m->f16);
 }
 
 static void unload(void *hv) {
@@ -487,61 +611,170 @@ static void unload(void *hv) {
     if (!h) return;
     for (int l = 0; h->layers && l < h->desc.n_layers; l++) {
         dlayer *t = &h->layers[l];
-        dtensor *all[] = {&t->attn_norm, &t->ffn_norm, &t->wq, &t->wk, &t->wv, &t->wo, &t->bq, &t->bk, &t->bv, &t->w_gate, &t->w_up, &t->w_down};
-        for (int i = 0; i < 12; i++) free_t(all[i]);
+        float *vecs[] = {t->attn_norm, t->ffn_norm, t->bqkv};
+        for (int i = 0; i < 3; i++) if (vecs[i]) cudaFree(vecs[i]);
+        for (int i = 0; i < 3; i++) free_mat(&t->qkv[i]);
+        free_mat(&t->wo);
+        for (int i = 0; i < 2; i++) free_mat(&t->gu[i]);
+        free_mat(&t->down);
     }
-    free_t(&h->output_norm);
-    free_t(&h->output);
-    void *bufs[] = {h->k_pool, h->v_pool, h->x, h->xb, h->q, h->k, h->v, h->att, h->hb, h->hb2, h->logits, h->wscratch, h->ascratch, h->pos, h->seq, h->rows_out, h->table, h->xq};
+    free_mat(&h->output);
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
+    if (h->hx) cudaFreeHost(h->hx);
+    if (h->hlogits) cudaFreeHost(h->hlogits);
+    if (h->hmeta) cudaFreeHost(h->hmeta);
+    for (int i = 0; i < GRAPH_SLOTS; i++) if (h->graphs[i].used) cudaGraphExecDestroy(h->graphs[i].exec);
     if (h->blas) cublasDestroy(h->blas);
+    if (h->stream) cudaStreamDestroy(h->stream);
     free(h->layers);
     free(h);
 }
 
-// y[n][rows] = x[n][cols] W^T
-static int matmul(handle *h, const dtensor *W, const float *x, int n, float *y, char *err, size_t err_len) {
-    const int rows = (int)W->rows, cols = (int)W->cols;
-    if (n <= 8 && (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && getenv("PLUMB_CUDA_FLOAT_MATVEC") == NULL) {
-        const int threads = 256, blocks = (int)grid((size_t)rows * 32, threads), nb = cols / 32;
-        k_quantize_q8<<<grid((size_t)n * nb * 32, 256), 256>>>(x, h->xq, n * nb);
-        for (int t0 = 0; t0 < n; t0 += 4) {
-            const int nt = n - t0 < 4 ? n - t0 : 4;
-            const q8blk *xt = h->xq + (size_t)t0 * nb;
-            float *yt = y + (size_t)t0 * rows;
-            switch (nt) {
-            case 1: k_matvec_q<1><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
-            case 2: k_matvec_q<2><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
-            case 3: k_matvec_q<3><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
-            default: k_matvec_q<4><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt); break;
-            }
+static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
+    handle *h = (handle *)calloc(1, sizeof(handle));
+    if (!h) { snprintf(err, err_len, "out of host memory"); return NULL; }
+    h->desc = *d;
+    const int kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, nb = d->max_batch;
+    const int qkv_rows = qd + 2 * kv_dim, max_k = d->n_ff > d->n_embd ? d->n_ff : d->n_embd;
+    const char *g = getenv("PLUMB_CUDA_GRAPHS");
+    size_t kv, max_rows = (size_t)(2 * d->n_ff > qkv_rows ? 2 * d->n_ff : qkv_rows);
+    int dev = 0;
+    h->use_graphs = !(g && !strcmp(g, "0"));
+    h->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof(dlayer));
+    if (!h->layers) { snprintf(err, err_len, "out of host memory"); goto fail; }
+    CHECK(cudaGetDevice(&dev), "selecting the GPU");
+    CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
+    CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "creating a stream");
+    if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
+    cublasSetStream(h->blas, h->stream);
+    if (!(h->blas_ws = dev_alloc(h, (size_t)32 << 20, err, err_len, "cuBLAS workspace"))) goto fail;
+    cublasSetWorkspace(h->blas, h->blas_ws, (size_t)32 << 20);
+    for (int l = 0; l < d->n_layers; l++) {
+        const plumb_backend_layer *s = &d->layers[l];
+        dlayer *t = &h->layers[l];
+        const plumb_backend_tensor *qkv[3] = {&s->wq, &s->wk, &s->wv}, *gu[2] = {&s->w_gate, &s->w_up}, *wo = &s->wo, *down = &s->w_down;
+        if (upload_vec(h, &s->attn_norm, &t->attn_norm, err, err_len) || upload_vec(h, &s->ffn_norm, &t->ffn_norm, err, err_len) ||
+            upload_group(h, qkv, 3, t->qkv, &t->n_qkv, err, err_len) || upload_mat(h, &wo, 1, &t->wo, err, err_len) ||
+            upload_group(h, gu, 2, t->gu, &t->n_gu, err, err_len) || upload_mat(h, &down, 1, &t->down, err, err_len))
+            goto fail;
+        if (s->bq.data || s->bk.data || s->bv.data) {
+            float *b = (float *)calloc((size_t)qkv_rows, sizeof(float));
+            if (!b) { snprintf(err, err_len, "out of host memory"); goto fail; }
+            if (s->bq.data) memcpy(b, s->bq.data, (size_t)qd * 4);
+            if (s->bk.data) memcpy(b + qd, s->bk.data, (size_t)kv_dim * 4);
+            if (s->bv.data) memcpy(b + qd + kv_dim, s->bv.data, (size_t)kv_dim * 4);
+            const int rc = to_device(h, (void **)&t->bqkv, b, (size_t)qkv_rows * 4, err, err_len, "biases");
+            free(b);
+            if (rc) goto fail;
         }
-    } else if (n <= 8) {
-        const int threads = 256, blocks = (int)grid((size_t)rows * 32, threads);
-        for (int t0 = 0; t0 < n; t0 += 4) {
-            const int nt = n - t0 < 4 ? n - t0 : 4;
-            const float *xt = x + (size_t)t0 * cols;
-            float *yt = y + (size_t)t0 * rows;
-            switch (nt) {
-            case 1: k_matvec<1><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt, n); break;
-            case 2: k_matvec<2><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt, n); break;
-            case 3: k_matvec<3><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt, n); break;
-            default: k_matvec<4><<<blocks, threads>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, xt, yt, n); break;
-            }
+    }
+    if (d->has_head) {
+        const plumb_backend_tensor *o = &d->output;
+        if (upload_vec(h, &d->output_norm, &h->output_norm, err, err_len) || upload_mat(h, &o, 1, &h->output, err, err_len)) goto fail;
+        if ((size_t)d->n_vocab > max_rows) max_rows = (size_t)d->n_vocab;
+    }
+    kv = (size_t)d->n_kv_blocks * d->n_layers * d->kv_block * kv_dim;
+    h->partial_elems = (size_t)8 * nb * max_rows;
+    h->meta_ints = (size_t)3 * nb + (size_t)d->n_seq_max * d->n_kv_blocks;
+    h->hlogits_rows = nb < 64 ? nb : 64;
+    if (!(h->k_pool = (__half *)dev_alloc(h, kv * 2, err, err_len, "the KV cache (keys)")) ||
+        !(h->v_pool = (__half *)dev_alloc(h, kv * 2, err, err_len, "the KV cache (values)")) ||
+        !(h->x = (float *)dev_alloc(h, (size_t)nb * d->n_embd * 4, err, err_len, "hidden states")) ||
+        !(h->qkv = (float *)dev_alloc(h, (size_t)nb * qkv_rows * 4, err, err_len, "q/k/v")) ||
+        !(h->att = (float *)dev_alloc(h, (size_t)nb * qd * 4, err, err_len, "attention output")) ||
+        !(h->gu = (float *)dev_alloc(h, (size_t)nb * 2 * d->n_ff * 4, err, err_len, "feed-forward")) ||
+        !(h->logits = (float *)dev_alloc(h, (size_t)nb * (d->has_head ? d->n_vocab : 1) * 4, err, err_len, "logits")) ||
+        !(h->cs = (float *)dev_alloc(h, (size_t)nb * d->n_rot / 2 * 4 + 4, err, err_len, "rope table")) ||
+        !(h->sn = (float *)dev_alloc(h, (size_t)nb * d->n_rot / 2 * 4 + 4, err, err_len, "rope table")) ||
+        !(h->partial = (float *)dev_alloc(h, h->partial_elems * 4, err, err_len, "split-k partial sums")) ||
+        !(h->aq = (int8_t *)dev_alloc(h, (size_t)nb * max_k, err, err_len, "int8 activations")) ||
+        !(h->ad = (float2 *)dev_alloc(h, (size_t)nb * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
+        !(h->ah = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
+        !(h->meta = (int *)dev_alloc(h, h->meta_ints * 4, err, err_len, "positions and block tables")))
+        goto fail;
+    CHECK(cudaMemset(h->ah, 0, (size_t)nb * max_k * 2), "clearing activations");
+    CHECK(cudaMallocHost(&h->hx, (size_t)nb * d->n_embd * 4), "pinned host memory");
+    CHECK(cudaMallocHost(&h->hmeta, h->meta_ints * 4), "pinned host memory");
+    if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
+    CHECK(cudaDeviceSynchronize(), "uploading the weights");
+    h->peak = h->bytes;
+    return h;
+fail:
+    unload(h);
+    return NULL;
+}
+
+// activation format a product of W over n tokens reads
+static int act_fmt(const dmat *W, int n) {
+    return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && n <= MATVEC_MAX_N ? ACT_Q8 : ACT_F16;
+}
+static int group_fmt(const dmat *W, int count, int n) {
+    int f = 0;
+    for (int i = 0; i < count; i++) f |= act_fmt(&W[i], n);
+    return f;
+}
+
+template <int TYPE>
+static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const dim3 g((unsigned)grid((size_t)W->rows, 4));
+    const int nb = W->cols / QK;
+    for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
+        const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
+        const int8_t *aq = h->aq + (size_t)t0 * W->cols;
+        const float2 *ad = h->ad + (size_t)t0 * nb;
+        float *yt = y + (size_t)t0 * ldy;
+#define MV(NT) k_matvec<TYPE, NT><<<g, 128, 0, h->stream>>>(W->qs, W->d, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+        switch (nt) {
+        case 1: MV(1); break;
+        case 2: MV(2); break;
+        case 3: MV(3); break;
+        case 4: MV(4); break;
+        case 5: MV(5); break;
+        case 6: MV(6); break;
+        case 7: MV(7); break;
+        default: MV(8); break;
         }
-    } else {
-        /* tensor cores: F16 weights (kept, or dequantized now), x to F16, F32 accumulation */
-        const __half *wf = W->f16;
-        if (!wf) {
-            k_dequant_f16<<<grid((size_t)rows * cols, 256), 256>>>(W->type, (const uint8_t *)W->d, W->row_bytes, rows, cols, h->wscratch);
-            wf = h->wscratch;
-        }
-        k_to_half<<<grid((size_t)n * cols, 256), 256>>>(x, h->ascratch, (size_t)n * cols);
-        const float one = 1, zero = 0;
-        cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &one, wf, CUDA_R_16F, cols, h->ascratch, CUDA_R_16F,
-                                         cols, &zero, y, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+#undef MV
+    }
+}
+
+template <int TYPE, int NF>
+static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const int row_blocks = (int)grid((size_t)W->rows, GM_ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
+    const int chunks = (W->cols + GM_KC - 1) / GM_KC;
+    int splits = (2 * h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
+    if (splits > 8) splits = 8;
+    if (splits > chunks / 2) splits = chunks / 2;
+    if (splits < 1) splits = 1;
+    while (splits > 1 && (size_t)splits * n * W->rows > h->partial_elems) splits--;
+    const int cps = (chunks + splits - 1) / splits;
+    splits = (chunks + cps - 1) / cps;
+    const dim3 g(row_blocks, tok_blocks, splits);
+    k_gemm_q<TYPE, NF><<<g, 256, 0, h->stream>>>(W->qs, W->d, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+    if (splits > 1)
+        k_splitk_sum<<<grid((size_t)n * W->rows, 256), 256, 0, h->stream>>>(h->partial, splits, n, W->rows, y, ldy, accumulate);
+}
+
+template <int TYPE>
+static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    if (n <= 16) launch_gemm_nf<TYPE, 1>(h, W, n, y, ldy, accumulate);
+    else if (n <= 32) launch_gemm_nf<TYPE, 2>(h, W, n, y, ldy, accumulate);
+    else launch_gemm_nf<TYPE, 4>(h, W, n, y, ldy, accumulate);
+}
+
+// y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
+static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
+    if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0) launch_gemm<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0) launch_gemm<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else {
+        const float one = 1, beta = accumulate ? 1.0f : 0.0f;
+        cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, n, W->cols, &one, W->f16, CUDA_R_16F, W->cols, h->ah, CUDA_R_16F,
+                                         W->cols, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) {
-            snprintf(err, err_len, "cublasGemmEx failed (status %d) for a %dx%d by %d product", (int)st, rows, cols, n);
+            snprintf(err, err_len, "cublasGemmEx failed (status %d) for a %dx%d by %d product", (int)st, W->rows, W->cols, n);
             return -1;
         }
     }
@@ -553,55 +786,138 @@ static int matmul(handle *h, const dtensor *W, const float *x, int n, float *y, 
     return 0;
 }
 
+static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, int ldy, char *err, size_t err_len) {
+    for (int i = 0, off = 0; i < count; off += W[i].rows, i++)
+        if (matmul(h, &W[i], n, y + off, ldy, 0, err, err_len)) return -1;
+    return 0;
+}
+
+static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
+    const dim3 g(n * d->n_head_kv, (group + ATT_HEADS - 1) / ATT_HEADS);
+    const size_t sm = (size_t)ATT_WARPS * ATT_HEADS * (2 + hd) * 4;
+#define ATT(E)                                                                                                                                    \
+    k_attention<E><<<g, 32 * ATT_WARPS, sm, h->stream>>>(h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool, h->v_pool, \
+                                                         layer, d->n_layers, d->kv_block, h->att, d->n_head * hd)
+    if (hd <= 32) ATT(1);
+    else if (hd <= 64) ATT(2);
+    else if (hd <= 128) ATT(4);
+    else ATT(8);
+#undef ATT
+}
+
+// The step's kernels, all on h->stream, reading inputs already on the device.
+static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
+    const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
+    if (d->n_rot > 0) k_rope_table<<<grid((size_t)n * (d->n_rot / 2), 128), 128, 0, h->stream>>>(pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dlayer *L = &h->layers[l];
+        const int fq = group_fmt(L->qkv, L->n_qkv, n), fo = act_fmt(&L->wo, n), fg = group_fmt(L->gu, L->n_gu, n), fd = act_fmt(&L->down, n);
+        k_rmsnorm_act<<<n, 256, 0, h->stream>>>(h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
+        if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
+        k_rope_kv<<<n, 128, 0, h->stream>>>(h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
+                                            d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
+        launch_attention(h, n, l, pos, seq, table, max_blocks);
+        k_make_act<<<dim3(n, (unsigned)grid((size_t)qd / QK + 1, 8)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+        if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
+        k_rmsnorm_act<<<n, 256, 0, h->stream>>>(h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
+        if (matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
+        k_make_act<<<dim3(n, (unsigned)grid((size_t)ff / QK + 1, 8)), 256, 0, h->stream>>>(h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
+        if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
+    }
+    if (d->has_head && n_out) {
+        k_rmsnorm_act<<<n_out, 256, 0, h->stream>>>(h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
+        if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "layer kernels: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+// The captured graph for this step's shape, capturing it on first use
+// (least recently used slot replaced); NULL to run the kernels directly.
+static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len, int *failed) {
+    *failed = 0;
+    if (!h->use_graphs) return NULL;
+    graph_slot *victim = &h->graphs[0];
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        graph_slot *s = &h->graphs[i];
+        if (s->used && s->n == n && s->n_out == n_out) { s->stamp = ++h->clock; return s->exec; }
+        if (!s->used || (victim->used && s->stamp < victim->stamp)) victim = s;
+    }
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto off;
+    if (run_layers(h, n, n_out, max_blocks, err, err_len)) {
+        cudaStreamEndCapture(h->stream, &g);
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError();
+        *failed = 1;
+        return NULL;
+    }
+    if (cudaStreamEndCapture(h->stream, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        goto off;
+    }
+    cudaGraphDestroy(g);
+    if (victim->used) cudaGraphExecDestroy(victim->exec);
+    victim->n = n;
+    victim->n_out = n_out;
+    victim->used = 1;
+    victim->stamp = ++h->clock;
+    victim->exec = exec;
+    return exec;
+off: // capture is not available here: run kernels directly from now on
+    cudaGetLastError();
+    h->use_graphs = 0;
+    return NULL;
+}
+
 static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float *logits_host, char *err, size_t err_len) {
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
-    const int n = b->n, D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, ff = d->n_ff;
-    int n_out = 0;
-    int rows_host[4096];
-    if (n > d->max_batch) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, d->max_batch); return -1; }
-    CHECK(cudaMemcpy(h->x, x_host, (size_t)n * D * 4, cudaMemcpyHostToDevice), "copying hidden states");
-    CHECK(cudaMemcpy(h->pos, b->pos, (size_t)n * 4, cudaMemcpyHostToDevice), "copying positions");
-    CHECK(cudaMemcpy(h->seq, b->seq, (size_t)n * 4, cudaMemcpyHostToDevice), "copying sequences");
-    CHECK(cudaMemcpy(h->table, b->block_table, (size_t)d->n_seq_max * b->max_blocks_per_seq * 4, cudaMemcpyHostToDevice), "copying block tables");
-    for (int l = 0; l < d->n_layers; l++) {
-        const dlayer *L = &h->layers[l];
-        k_rmsnorm<<<n, 256>>>(h->x, (const float *)L->attn_norm.d, h->xb, D, d->rms_eps);
-        if (matmul(h, &L->wq, h->xb, n, h->q, err, err_len) || matmul(h, &L->wk, h->xb, n, h->k, err, err_len) ||
-            matmul(h, &L->wv, h->xb, n, h->v, err, err_len))
-            return -1;
-        if (L->bq.d) k_add_bias<<<grid((size_t)n * D, 256), 256>>>(h->q, (const float *)L->bq.d, n, D);
-        if (L->bk.d) k_add_bias<<<grid((size_t)n * kv_dim, 256), 256>>>(h->k, (const float *)L->bk.d, n, kv_dim);
-        if (L->bv.d) k_add_bias<<<grid((size_t)n * kv_dim, 256), 256>>>(h->v, (const float *)L->bv.d, n, kv_dim);
-        k_rope_store<<<n, 128>>>(h->q, h->k, h->v, h->pos, h->seq, h->table, b->max_blocks_per_seq, d->n_head, d->n_head_kv, d->head_dim, d->n_rot,
-                                 d->rope_neox, d->rope_freq_base, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        int max_len = 0;
-        for (int t = 0; t < n; t++) if (b->pos[t] + 1 > max_len) max_len = b->pos[t] + 1;
-        if ((size_t)max_len * 4 > 160 * 1024) { snprintf(err, err_len, "context %d too long for the attention kernel", max_len); return -1; }
-        if (max_len * 4 > 48 * 1024) cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, max_len * 4);
-        k_attention<<<n * d->n_head, 128, (size_t)max_len * 4>>>(h->q, h->att, h->pos, h->seq, h->table, b->max_blocks_per_seq, d->n_head, d->n_head_kv,
-                                                                 d->head_dim, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        if (matmul(h, &L->wo, h->att, n, h->xb, err, err_len)) return -1;
-        k_add<<<grid((size_t)n * D, 256), 256>>>(h->x, h->xb, (size_t)n * D);
-        k_rmsnorm<<<n, 256>>>(h->x, (const float *)L->ffn_norm.d, h->xb, D, d->rms_eps);
-        if (matmul(h, &L->w_gate, h->xb, n, h->hb, err, err_len) || matmul(h, &L->w_up, h->xb, n, h->hb2, err, err_len)) return -1;
-        k_silu_mul<<<grid((size_t)n * ff, 256), 256>>>(h->hb, h->hb2, (size_t)n * ff);
-        if (matmul(h, &L->w_down, h->hb, n, h->xb, err, err_len)) return -1;
-        k_add<<<grid((size_t)n * D, 256), 256>>>(h->x, h->xb, (size_t)n * D);
+    const int n = b->n, D = d->n_embd, nb = d->max_batch;
+    int n_out = 0, failed = 0;
+    cudaGraphExec_t exec = NULL;
+    if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
+    if ((size_t)d->n_seq_max * b->max_blocks_per_seq > (size_t)d->n_seq_max * d->n_kv_blocks) {
+        snprintf(err, err_len, "block table wider than the plugin's (%d > %d)", b->max_blocks_per_seq, d->n_kv_blocks);
+        return -1;
     }
+    int *hp = h->hmeta;
+    memcpy(hp, b->pos, (size_t)n * 4);
+    memcpy(hp + nb, b->seq, (size_t)n * 4);
+    if (d->has_head)
+        for (int t = 0; t < n; t++) if (b->want[t]) hp[2 * nb + n_out++] = t;
+    const size_t table_ints = (size_t)d->n_seq_max * b->max_blocks_per_seq;
+    memcpy(hp + 3 * nb, b->block_table, table_ints * 4);
+    memcpy(h->hx, x_host, (size_t)n * D * 4);
+    CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
+    CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
+    exec = graph_for(h, n, n_out, b->max_blocks_per_seq, err, err_len, &failed);
+    if (failed) return -1;
+    if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
+    else if (run_layers(h, n, n_out, b->max_blocks_per_seq, err, err_len)) return -1;
     if (d->has_head) {
-        for (int t = 0; t < n; t++) if (b->want[t]) rows_host[n_out++] = t;
-        if (n_out) {
-            CHECK(cudaMemcpy(h->rows_out, rows_host, (size_t)n_out * 4, cudaMemcpyHostToDevice), "copying output rows");
-            k_gather_rows<<<grid((size_t)n_out * D, 256), 256>>>(h->x, h->rows_out, h->att, n_out, D);
-            k_rmsnorm<<<n_out, 256>>>(h->att, (const float *)h->output_norm.d, h->xb, D, d->rms_eps);
-            if (matmul(h, &h->output, h->xb, n_out, h->logits, err, err_len)) return -1;
-            CHECK(cudaMemcpy(logits_host, h->logits, (size_t)n_out * d->n_vocab * 4, cudaMemcpyDeviceToHost), "copying logits");
+        for (int r0 = 0; r0 < n_out; r0 += (int)h->hlogits_rows) { // through pinned memory, a chunk of rows at a time
+            const int rn = n_out - r0 < (int)h->hlogits_rows ? n_out - r0 : (int)h->hlogits_rows;
+            const size_t bytes = (size_t)rn * d->n_vocab * 4;
+            CHECK(cudaMemcpyAsync(h->hlogits, h->logits + (size_t)r0 * d->n_vocab, bytes, cudaMemcpyDeviceToHost, h->stream), "copying logits");
+            CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+            memcpy(logits_host + (size_t)r0 * d->n_vocab, h->hlogits, bytes);
         }
     } else {
-        CHECK(cudaMemcpy(x_host, h->x, (size_t)n * D * 4, cudaMemcpyDeviceToHost), "copying hidden states back");
+        CHECK(cudaMemcpyAsync(h->hx, h->x, (size_t)n * D * 4, cudaMemcpyDeviceToHost, h->stream), "copying hidden states back");
+        CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+        memcpy(x_host, h->hx, (size_t)n * D * 4);
     }
-    CHECK(cudaDeviceSynchronize(), "running the layers");
+    CHECK(cudaStreamSynchronize(h->stream), "running the layers");
     return 0;
 fail:
     return -1;
@@ -632,6 +948,7 @@ static double copy_bandwidth(void) {
 done:
     if (a) cudaFree(a);
     if (b) cudaFree(b);
+    cudaGetLastError();
     return best;
 }
 
