@@ -64,7 +64,8 @@ struct dmat {
     uint32_t type; // TYPE_Q4_0, TYPE_Q8_0 or TYPE_F16 (F32 sources are stored as F16)
     int rows, cols;
     uint8_t *qs;  // Q4_0: [rows][cols/2]; Q8_0: [rows][cols]
-    __half *d;    // [rows][cols/32] block scales
+    __half *d;    // [rows][dstride] block scales (cols/32 of them, rows padded to a multiple of 8)
+    int dstride;
     __half *f16;  // F16: [rows][cols]
 };
 
@@ -108,7 +109,18 @@ struct handle {
     unsigned long clock;
     int use_graphs;
     size_t bytes, peak;
+    // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
+    int timing;
+    cudaEvent_t ev0, ev1;
+    struct step_time { long steps; double stage, gpu, wait, copy; } *times; // [max_batch + 1]
 };
+
+#include <time.h>
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 // ---------------------------------------------------------------- kernels
 
@@ -128,29 +140,48 @@ __device__ __forceinline__ int warp_isum(int v) {
     return v;
 }
 
-// One warp writes one 32-value block of activations: int8 quants with the
-// block's scale and (scale x sum of quants), as the Q4_0 product's -8 offset
-// needs, and/or the F16 values.
-__device__ __forceinline__ void store_act_block(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
-    const int lane = threadIdx.x & 31;
+// A thread holds 4 consecutive values of a row (at i4 = index of value 0,
+// a multiple of 4); 8 neighbouring threads hold one 32-value block. Writes
+// the int8 quants with the block's scale and (scale x sum of quants), as the
+// Q4_0 product's -8 offset needs, and/or the F16 values.
+__device__ __forceinline__ void store_act4(float4 v, int row, int i4, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
     if (fmt & ACT_Q8) {
-        const float amax = warp_max(fabsf(v));
+        const unsigned group = 0xFFu << (threadIdx.x & 24); // the 8 lanes of this block
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
         const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        const int q = __float2int_rn(v * id);
-        const int sum = warp_isum(q);
-        aq[(size_t)row * k + blk * QK + lane] = (int8_t)q;
-        if (lane == 0) ad[(size_t)row * (k / QK) + blk] = make_float2(d, d * (float)sum);
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id), q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(group, sum, o);
+        *(char4 *)(aq + (size_t)row * k + i4) = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+        if ((i4 & 31) == 0) ad[(size_t)row * (k / QK) + i4 / QK] = make_float2(d, d * (float)sum);
     }
-    if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
+    if (fmt & ACT_F16) {
+        __half2 *o = (__half2 *)(ah + (size_t)row * k + i4);
+        o[0] = __floats2half2_rn(v.x, v.y);
+        o[1] = __floats2half2_rn(v.z, v.w);
+    }
 }
 
 // act[r] = x[src_row] * rsqrt(mean(x^2) + eps) * w; src_row = rows ? rows[r] : r.
-__global__ void k_rmsnorm_act(const float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+// 1024 threads, 4 values each per pass (the 4-wide path needs d % 32 == 0,
+// true of every model with quantized matrices; others take the plain loop).
+__global__ void __launch_bounds__(1024) k_rmsnorm_act(const float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
+                                                      __half *ah) {
     const int r = blockIdx.x;
     const float *xr = x + (size_t)(rows ? rows[r] : r) * d;
+    const int wide = d % QK == 0;
     __shared__ float part[32];
     float ss = 0;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    if (wide)
+        for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
+            const float4 v = *(const float4 *)(xr + i);
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    else
+        for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
@@ -161,153 +192,214 @@ __global__ void k_rmsnorm_act(const float *x, const int *rows, const float *w, i
     }
     __syncthreads();
     const float scale = rsqrtf(part[0] / d + eps);
-    if ((fmt & ACT_Q8) || d % QK == 0) { // whole warps over 32-value blocks
-        for (int blk = threadIdx.x >> 5; blk < d / QK; blk += blockDim.x >> 5) {
-            const int i = blk * QK + (threadIdx.x & 31);
-            store_act_block(xr[i] * scale * w[i], r, blk, d, fmt, aq, ad, ah);
+    if (wide) {
+        // whole 8-thread groups stay together: blockDim and d are multiples of 32
+        for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
+            const float4 v = *(const float4 *)(xr + i), g = *(const float4 *)(w + i);
+            store_act4(make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w), r, i, d, fmt, aq, ad, ah);
         }
     } else {
         for (int i = threadIdx.x; i < d; i += blockDim.x) ah[(size_t)r * d + i] = __float2half(xr[i] * scale * w[i]);
     }
 }
 
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
 // act[t] = x[t] (swiglu = 0) or silu(x[t][i]) * x[t][k + i] (swiglu = 1, x
-// holds [gate | up] rows of ldx floats). grid (n, ceil(k / 32 / 8)), 256 threads.
+// holds [gate | up] rows of ldx floats). grid (n, ceil(k / 1024)), 256 threads.
 __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, int8_t *aq, float2 *ad, __half *ah) {
     const int t = blockIdx.x;
     const float *xr = x + (size_t)t * ldx;
-    if ((fmt & ACT_Q8) || k % QK == 0) {
-        const int blk = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
-        if (blk >= k / QK) return;
-        const int i = blk * QK + (threadIdx.x & 31);
-        float v = xr[i];
-        if (swiglu) v = v / (1.0f + __expf(-v)) * xr[k + i];
-        store_act_block(v, t, blk, k, fmt, aq, ad, ah);
+    if (k % QK == 0) {
+        const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 4;
+        if (i >= k) return; // k % 32 == 0: a block of 8 threads leaves together
+        float4 v = *(const float4 *)(xr + i);
+        if (swiglu) {
+            const float4 u = *(const float4 *)(xr + k + i);
+            v = make_float4(silu(v.x) * u.x, silu(v.y) * u.y, silu(v.z) * u.z, silu(v.w) * u.w);
+        }
+        store_act4(v, t, i, k, fmt, aq, ad, ah);
     } else {
         for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < k; i += gridDim.y * blockDim.x) {
             float v = xr[i];
-            if (swiglu) v = v / (1.0f + __expf(-v)) * xr[k + i];
+            if (swiglu) v = silu(v) * xr[k + i];
             ah[(size_t)t * k + i] = __float2half(v);
         }
     }
 }
 
-// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per row, each lane one
-// 32-value block at a time (Q4_0: one 16-byte load of quants; Q8_0: two).
+// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per row. Each lane takes
+// 32-value blocks lane, lane+32, ...; the quants of up to MV_DEPTH blocks are
+// loaded before any is used, so each warp keeps several KiB in flight
+// (decode is bound by how many bytes are on their way from memory).
+#define MV_DEPTH 8
 template <int TYPE, int NT>
-__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int rows, int k,
+__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                 const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
     const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     const int nb = k / QK;
-    const __half *dr = wd + (size_t)row * nb;
+    const __half *dr = wd + (size_t)row * dstride;
+    const uint4 *wr = (const uint4 *)(qs + (size_t)row * (TYPE == TYPE_Q4_0 ? k / 2 : k));
+    constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2; // 16-byte loads per block
+    constexpr int DEPTH = TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2;
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0;
-#pragma unroll 4
-    for (int b = lane; b < nb; b += 32) {
-        const float dw = __half2float(dr[b]);
-        int lo[8];
-        if (TYPE == TYPE_Q4_0) {
-            const uint4 w = __ldg((const uint4 *)(qs + (size_t)row * (k / 2)) + b);
-            lo[0] = w.x & 0x0F0F0F0F; lo[1] = w.y & 0x0F0F0F0F; lo[2] = w.z & 0x0F0F0F0F; lo[3] = w.w & 0x0F0F0F0F;
-            lo[4] = (w.x >> 4) & 0x0F0F0F0F; lo[5] = (w.y >> 4) & 0x0F0F0F0F; lo[6] = (w.z >> 4) & 0x0F0F0F0F; lo[7] = (w.w >> 4) & 0x0F0F0F0F;
-        } else {
-            const uint4 *wp = (const uint4 *)(qs + (size_t)row * k) + 2 * b;
-            const uint4 w0 = __ldg(wp), w1 = __ldg(wp + 1);
-            lo[0] = w0.x; lo[1] = w0.y; lo[2] = w0.z; lo[3] = w0.w; lo[4] = w1.x; lo[5] = w1.y; lo[6] = w1.z; lo[7] = w1.w;
+    for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
+        uint4 w[DEPTH][U];
+        float dw[DEPTH];
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+            const int b = b0 + 32 * u;
+            if (b < nb) {
+#pragma unroll
+                for (int v = 0; v < U; v++) w[u][v] = __ldg(wr + (size_t)b * U + v);
+                dw[u] = __half2float(dr[b]);
+            }
         }
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
-            const int4 a0 = xa[0], a1 = xa[1];
-            int s = __dp4a(lo[0], a0.x, 0);
-            s = __dp4a(lo[1], a0.y, s); s = __dp4a(lo[2], a0.z, s); s = __dp4a(lo[3], a0.w, s);
-            s = __dp4a(lo[4], a1.x, s); s = __dp4a(lo[5], a1.y, s); s = __dp4a(lo[6], a1.z, s); s = __dp4a(lo[7], a1.w, s);
-            const float2 sd = ad[(size_t)t * nb + b];
-            acc[t] += TYPE == TYPE_Q4_0 ? dw * (sd.x * (float)s - 8.0f * sd.y) : dw * sd.x * (float)s;
+        for (int u = 0; u < DEPTH; u++) {
+            const int b = b0 + 32 * u;
+            if (b >= nb) break;
+            int lo[8];
+            if (TYPE == TYPE_Q4_0) {
+                const uint4 q = w[u][0];
+                lo[0] = q.x & 0x0F0F0F0F; lo[1] = q.y & 0x0F0F0F0F; lo[2] = q.z & 0x0F0F0F0F; lo[3] = q.w & 0x0F0F0F0F;
+                lo[4] = (q.x >> 4) & 0x0F0F0F0F; lo[5] = (q.y >> 4) & 0x0F0F0F0F; lo[6] = (q.z >> 4) & 0x0F0F0F0F; lo[7] = (q.w >> 4) & 0x0F0F0F0F;
+            } else {
+                const uint4 q0 = w[u][0], q1 = w[u][U - 1];
+                lo[0] = q0.x; lo[1] = q0.y; lo[2] = q0.z; lo[3] = q0.w; lo[4] = q1.x; lo[5] = q1.y; lo[6] = q1.z; lo[7] = q1.w;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
+                const int4 a0 = xa[0], a1 = xa[1];
+                int sdot = __dp4a(lo[0], a0.x, 0);
+                sdot = __dp4a(lo[1], a0.y, sdot); sdot = __dp4a(lo[2], a0.z, sdot); sdot = __dp4a(lo[3], a0.w, sdot);
+                sdot = __dp4a(lo[4], a1.x, sdot); sdot = __dp4a(lo[5], a1.y, sdot); sdot = __dp4a(lo[6], a1.z, sdot); sdot = __dp4a(lo[7], a1.w, sdot);
+                const float2 sd = ad[(size_t)t * nb + b];
+                acc[t] += TYPE == TYPE_Q4_0 ? dw[u] * (sd.x * (float)sdot - 8.0f * sd.y) : dw[u] * sd.x * (float)sdot;
+            }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const float s = warp_sum(acc[t]);
+        const float sum = warp_sum(acc[t]);
         if (lane == 0) {
             float *o = y + (size_t)t * ldy + row;
-            *o = accumulate ? *o + s : s;
+            *o = accumulate ? *o + sum : sum;
         }
     }
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
 // A block is 8 warps: 128 rows x (16 NF) tokens; each warp owns 16 rows.
-// Per 64-wide slice of k, each warp dequantizes its rows' two quant blocks
-// to F16 in shared memory (the next slice is already loading into
-// registers), the block copies the activations' slice, and the warp runs
-// 4 x NF 16x16x16 WMMA products. gridDim.z splits k; with splits, each
-// split writes its partial sums and k_splitk_sum adds them in order.
+// k goes in 64-wide slices through a GM_STAGES-deep cp.async pipeline
+// (raw quants, scales and F16 activations land in shared memory while
+// earlier slices are multiplied). Per slice each warp dequantizes its rows
+// to F16 (its own tile) and runs 4 x NF 16x16x16 WMMA products. gridDim.z
+// splits k; with splits, each split writes its partial sums and
+// k_splitk_sum adds them in a fixed order (deterministic results).
 #define GM_ROWS 128
 #define GM_KC 64
 #define GM_LD (GM_KC + 8) // padded row (halves): 144 bytes, keeps WMMA loads off one bank
+#define GM_STAGES 4
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 template <int TYPE, int NF>
-__global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int rows, int k, const __half *__restrict__ A,
-                                                int n, float *C, int ldc, int accumulate, int chunks_per_split, float *partial) {
+struct gemm_smem {
+    static constexpr int BN = 16 * NF;
+    static constexpr int QBYTES = TYPE == TYPE_Q4_0 ? 16 : 32;                 // quant bytes per 32-value block
+    static constexpr int STAGE_Q = GM_ROWS * 2 * QBYTES;                       // two blocks per row per slice
+    static constexpr int STAGE_D = GM_ROWS * 2 * 2;                            // their F16 scales
+    static constexpr int STAGE_A = BN * GM_LD * 2;                             // activations, padded rows
+    static constexpr int STAGE = STAGE_Q + STAGE_D + STAGE_A;
+    static constexpr int TILE_W = GM_ROWS * GM_LD * 2;                         // dequantized weights
+    static constexpr int MAIN = GM_STAGES * STAGE + TILE_W;
+    static constexpr int EPI = 8 * NF * 1024;                                  // results, reusing the same memory
+    static constexpr int BYTES = MAIN > EPI ? MAIN : EPI;
+};
+
+template <int TYPE, int NF>
+__global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
+                                                float *partial) {
     using namespace nvcuda;
-    constexpr int BN = 16 * NF;
-    __shared__ __align__(32) unsigned char smem[(GM_ROWS + BN) * GM_LD * 2 > 8 * NF * 1024 ? (GM_ROWS + BN) * GM_LD * 2 : 8 * NF * 1024];
-    __half *sW = (__half *)smem, *sA = sW + GM_ROWS * GM_LD;
+    typedef gemm_smem<TYPE, NF> L;
+    constexpr int BN = L::BN, QB = L::QBYTES;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half *sW = (__half *)(smem + GM_STAGES * L::STAGE);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = blockIdx.x * GM_ROWS, t0 = blockIdx.y * BN;
-    const int nkb = k / QK, chunks = (k + GM_KC - 1) / GM_KC;
+    const int nkb = k / QK, chunks = (k + GM_KC - 1) / GM_KC, qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
-    // this lane's quant block within a slice: row warp*16 + lane/2, block lane&1
-    const int my_row = r0 + warp * 16 + (lane >> 1), my_blk = lane & 1;
-    uint4 wq0 = make_uint4(0, 0, 0, 0), wq1 = make_uint4(0, 0, 0, 0);
-    __half wdq = __float2half(0.0f);
-    uint4 areg[NF];
-    auto load_slice = [&](int c) {
-        const int kb = c * (GM_KC / QK) + my_blk;
-        wq0 = wq1 = make_uint4(0, 0, 0, 0);
-        wdq = __float2half(0.0f);
-        if (my_row < rows && kb < nkb) {
-            wdq = wd[(size_t)my_row * nkb + kb];
-            if (TYPE == TYPE_Q4_0) {
-                wq0 = __ldg((const uint4 *)(qs + (size_t)my_row * (k / 2)) + kb);
-            } else {
-                const uint4 *p = (const uint4 *)(qs + (size_t)my_row * k) + 2 * kb;
-                wq0 = __ldg(p);
-                wq1 = __ldg(p + 1);
-            }
+
+    auto issue = [&](int c) { // slice c -> stage c % GM_STAGES
+        unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
+        // quants: GM_ROWS rows x 2 blocks x QB bytes, 16 bytes a copy
+        for (int i = threadIdx.x; i < GM_ROWS * 2 * QB / 16; i += 256) {
+            const int rb = i / (QB / 16), part = i % (QB / 16), row = rb >> 1, kb = c * 2 + (rb & 1);
+            const int ok = r0 + row < rows && kb < nkb;
+            cp_async16(st + i * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)kb * QB + part * 16 : qs, ok);
         }
-#pragma unroll
-        for (int j = 0; j < NF; j++) { // BN tokens x 8 chunks of 8 halves
-            const int idx = threadIdx.x + 256 * j, tok = idx >> 3, col = c * GM_KC + (idx & 7) * 8;
-            areg[j] = make_uint4(0, 0, 0, 0);
-            if (tok < BN && t0 + tok < n && col < k) areg[j] = *(const uint4 *)(A + (size_t)(t0 + tok) * k + col);
+        // scales: two F16 per row (the scale rows are padded to an even count)
+        if (threadIdx.x < GM_ROWS) {
+            const int row = threadIdx.x, ok = r0 + row < rows && c * 2 < nkb;
+            cp_async4(st + L::STAGE_Q + row * 4, ok ? wd + (size_t)(r0 + row) * dstride + c * 2 : wd, ok);
+        }
+        // activations: BN tokens x 8 pieces of 8 F16
+        __half *sa = (__half *)(st + L::STAGE_Q + L::STAGE_D);
+        for (int i = threadIdx.x; i < BN * 8; i += 256) {
+            const int tok = i >> 3, col = c * GM_KC + (i & 7) * 8, ok = t0 + tok < n && col < k;
+            cp_async16(sa + tok * GM_LD + (i & 7) * 8, ok ? A + (size_t)(t0 + tok) * k + col : A, ok);
         }
     };
+
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
 #pragma unroll
     for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
-    if (c_begin < c_end) load_slice(c_begin);
+#pragma unroll
+    for (int s = 0; s < GM_STAGES - 1; s++) {
+        if (c_begin + s < c_end) issue(c_begin + s);
+        cp_async_commit(); // an empty group keeps the count uniform
+    }
+    __half *myW = sW + warp * 16 * GM_LD;
     for (int c = c_begin; c < c_end; c++) {
-        __syncthreads(); // the previous slice's products are done with shared memory
-        {                // dequantize this lane's block to F16: 32 values at sW[row][blk*32 ..]
-            __half2 *dst = (__half2 *)(sW + (warp * 16 + (lane >> 1)) * GM_LD + my_blk * QK);
-            const __half2 d2 = __half2half2(wdq);
+        cp_async_wait<GM_STAGES - 2>(); // this thread's copies of slice c have landed
+        __syncthreads();                // everyone's have; and slice c-1's stage is free
+        if (c + GM_STAGES - 1 < c_end) issue(c + GM_STAGES - 1);
+        cp_async_commit();
+        const unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
+        { // dequantize: lane -> (row lane/2, block lane&1) of this warp's 16 rows
+            const int row = warp * 16 + (lane >> 1), blk = lane & 1;
+            const __half2 d2 = __half2half2(((const __half *)(st + L::STAGE_Q))[row * 2 + blk]);
+            __half2 *dst = (__half2 *)(myW + (lane >> 1) * GM_LD + blk * QK);
             if (TYPE == TYPE_Q4_0) {
-                const uint32_t wv[4] = {wq0.x, wq0.y, wq0.z, wq0.w};
+                const uint4 q = *(const uint4 *)(st + (row * 2 + blk) * 16);
+                const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
                 for (int i = 0; i < 4; i++) { // bytes 4i..4i+3: low nibbles are values 4i.., high ones 16+4i..
-                    const uint32_t v = wv[i];
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
-                        const int b0 = (v >> (16 * j)) & 0xFF, b1 = (v >> (16 * j + 8)) & 0xFF;
+                        const int b0 = (wv[i] >> (16 * j)) & 0xFF, b1 = (wv[i] >> (16 * j + 8)) & 0xFF;
                         dst[2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 & 15) - 8), (float)((b1 & 15) - 8)), d2);
                         dst[8 + 2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 >> 4) - 8), (float)((b1 >> 4) - 8)), d2);
                     }
                 }
             } else {
-                const uint32_t wv[8] = {wq0.x, wq0.y, wq0.z, wq0.w, wq1.x, wq1.y, wq1.z, wq1.w};
+                const uint4 q0 = *(const uint4 *)(st + (row * 2 + blk) * 32), q1 = *(const uint4 *)(st + (row * 2 + blk) * 32 + 16);
+                const uint32_t wv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     const int8_t *b = (const int8_t *)&wv[i];
@@ -315,26 +407,23 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
                     dst[2 * i + 1] = __hmul2(__floats2half2_rn((float)b[2], (float)b[3]), d2);
                 }
             }
-#pragma unroll
-            for (int j = 0; j < NF; j++) {
-                const int idx = threadIdx.x + 256 * j;
-                if ((idx >> 3) < BN) *(uint4 *)(sA + (idx >> 3) * GM_LD + (idx & 7) * 8) = areg[j];
-            }
         }
-        __syncthreads();
-        if (c + 1 < c_end) load_slice(c + 1); // in flight while the tensor cores work
+        __syncwarp();
+        const __half *sa = (const __half *)(st + L::STAGE_Q + L::STAGE_D);
 #pragma unroll
         for (int kk = 0; kk < GM_KC; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, sW + warp * 16 * GM_LD + kk, GM_LD);
+            wmma::load_matrix_sync(fa, myW + kk, GM_LD);
 #pragma unroll
             for (int j = 0; j < NF; j++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, sA + j * 16 * GM_LD + kk, GM_LD);
+                wmma::load_matrix_sync(fb, sa + j * 16 * GM_LD + kk, GM_LD);
                 wmma::mma_sync(acc[j], fa, fb, acc[j]);
             }
         }
+        __syncwarp(); // all lanes are done with this warp's tile before the next slice overwrites it
     }
+    cp_async_wait<0>();
     __syncthreads(); // shared memory now holds the results: per warp NF tiles of 16 tokens x 16 rows
     float *sC = (float *)smem + warp * NF * 256;
 #pragma unroll
@@ -373,36 +462,38 @@ __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, fl
     sn[i] = (float)sin(theta);
 }
 
-// Per token: biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into
-// the token's cache slot. qkv rows: [q (n_head*hd) | k (kv_dim) | v (kv_dim)].
-__global__ void k_rope_kv(float *qkv, int ldq, const float *bias, const float *cs, const float *sn, const int *pos, const int *seq, const int *table,
-                          int max_blocks, int n_head, int n_head_kv, int hd, int n_rot, int neox, __half *kp, __half *vp, int layer, int n_layers,
+// Biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into the
+// token's cache slot. qkv rows: [q (n_head*hd) | k (kv_dim) | v (kv_dim)].
+// grid (n, n_head + 2 n_head_kv): a block per (token, head), a thread per value.
+__global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs, const float *__restrict__ sn,
+                          const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table, int max_blocks, int n_head,
+                          int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp, int layer, int n_layers,
                           int kv_block) {
-    const int t = blockIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd, p = pos[t];
+    const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd;
+    const int idx = h * hd + i; // this value's column in the qkv row
     float *row = qkv + (size_t)t * ldq;
+    float v = 0, out = 0;
+    if (i < hd) {
+        v = row[idx] + (bias ? bias[idx] : 0.0f);
+        out = v;
+        if (h < n_head + n_head_kv && i < n_rot) { // q or k, rotary part: pair (a, b) turns by the angle of pair j
+            const int half = n_rot / 2;
+            const int j = neox ? (i < half ? i : i - half) : i / 2;
+            const int first = neox ? i < half : (i & 1) == 0;
+            const int partner = h * hd + (neox ? (first ? i + half : i - half) : (first ? i + 1 : i - 1));
+            const float pv = row[partner] + (bias ? bias[partner] : 0.0f);
+            const float c = cs[(size_t)t * half + j], s = sn[(size_t)t * half + j];
+            out = first ? v * c - pv * s : pv * s + v * c;
+        }
+    }
+    __syncthreads(); // every partner is read before q is rotated in place
+    if (i >= hd) return;
+    if (h < n_head) { row[idx] = out; return; }
+    const int p = pos[t];
     const int block = table[seq[t] * max_blocks + p / kv_block];
     const size_t slot = (((size_t)block * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
-    const float *c = cs + (size_t)t * (n_rot / 2), *s = sn + (size_t)t * (n_rot / 2);
-    // rotary pairs of q and k heads
-    for (int i = threadIdx.x; i < (n_head + n_head_kv) * (n_rot / 2); i += blockDim.x) {
-        const int h = i / (n_rot / 2), j = i % (n_rot / 2);
-        const int base = h < n_head ? h * hd : qd + (h - n_head) * hd;
-        const int a = base + (neox ? j : 2 * j), b = base + (neox ? j + n_rot / 2 : 2 * j + 1);
-        float x0 = row[a], x1 = row[b];
-        if (bias) { x0 += bias[a]; x1 += bias[b]; }
-        const float y0 = x0 * c[j] - x1 * s[j], y1 = x0 * s[j] + x1 * c[j];
-        if (h < n_head) { row[a] = y0; row[b] = y1; }
-        else { kp[slot + a - qd] = __float2half(y0); kp[slot + b - qd] = __float2half(y1); }
-    }
-    // dims past n_rot (partial rotary) and all of v
-    for (int i = threadIdx.x; i < qd + 2 * kv_dim; i += blockDim.x) {
-        const int in_head = i < qd + kv_dim ? (i < qd ? i : i - qd) % hd : hd;
-        if (in_head < n_rot) continue;
-        const float v = row[i] + (bias ? bias[i] : 0.0f);
-        if (i < qd) row[i] = v;
-        else if (i < qd + kv_dim) kp[slot + i - qd] = __float2half(v);
-        else vp[slot + i - qd - kv_dim] = __float2half(v);
-    }
+    if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
+    else vp[slot + idx - qd - kv_dim] = __float2half(out);
 }
 
 // Attention for one (token, kv head, group of up to 8 query heads): 4 warps
@@ -432,15 +523,16 @@ __global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, co
             acc[g][e] = 0;
         }
     }
-    for (int p = warp; p < len; p += ATT_WARPS) {
+    auto load = [&](int p, float *kv, float *vv) {
         const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd;
-        float kv[E], vv[E];
 #pragma unroll
         for (int e = 0; e < E; e++) {
             const int i = lane * E + e;
             kv[e] = i < hd ? __half2float(kp[off + i]) : 0.0f;
             vv[e] = i < hd ? __half2float(vp[off + i]) : 0.0f;
         }
+    };
+    auto update = [&](const float *kv, const float *vv) {
 #pragma unroll
         for (int g = 0; g < ATT_HEADS; g++) {
             if (g >= nh) break;
@@ -454,6 +546,15 @@ __global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, co
             for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + w * vv[e];
             m[g] = mn;
         }
+    };
+    // two positions per pass, both loaded before either is used
+    for (int p = warp; p < len; p += 2 * ATT_WARPS) {
+        float k0[E], v0[E], k1[E], v1[E];
+        const int p1 = p + ATT_WARPS;
+        load(p, k0, v0);
+        if (p1 < len) load(p1, k1, v1);
+        update(k0, v0);
+        if (p1 < len) update(k1, v1);
     }
     float *sm_m = sh, *sm_l = sh + ATT_WARPS * ATT_HEADS, *sm_acc = sh + 2 * ATT_WARPS * ATT_HEADS;
 #pragma unroll
@@ -484,6 +585,7 @@ __global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, co
 // ---------------------------------------------------------------- host side
 
 static size_t grid(size_t n, int threads) { return (n + threads - 1) / threads; }
+static cudaError_t gemm_allow_smem();
 
 static void *dev_alloc(handle *h, size_t bytes, char *err, size_t err_len, const char *what) {
     void *p = NULL;
@@ -528,9 +630,10 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
     dst->type = type == TYPE_F32 ? TYPE_F16 : type;
     const size_t nb = cols / QK;
     if (type == TYPE_Q4_0 || type == TYPE_Q8_0) {
-        const size_t qrow = type == TYPE_Q4_0 ? cols / 2 : cols, brow = type == TYPE_Q4_0 ? 18 : 34;
+        const size_t qrow = type == TYPE_Q4_0 ? cols / 2 : cols, brow = type == TYPE_Q4_0 ? 18 : 34, ds = (nb + 7) / 8 * 8;
         uint8_t *hq = (uint8_t *)malloc(qrow * rows);
-        uint16_t *hd = (uint16_t *)malloc(nb * rows * 2);
+        uint16_t *hd = (uint16_t *)calloc(ds * rows, 2);
+        dst->dstride = (int)ds;
         int rc = -1;
         if (!hq || !hd) snprintf(err, err_len, "out of host memory repacking weights");
         else {
@@ -539,12 +642,12 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
                 for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
                     const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
                     for (size_t b = 0; b < nb; b++) {
-                        memcpy(&hd[r * nb + b], src + b * brow, 2);
+                        memcpy(&hd[r * ds + b], src + b * brow, 2);
                         memcpy(hq + r * qrow + b * (brow - 2), src + b * brow + 2, brow - 2);
                     }
                 }
             rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
-                 to_device(h, (void **)&dst->d, hd, nb * rows * 2, err, err_len, "weight scales") ? -1 : 0;
+                 to_device(h, (void **)&dst->d, hd, ds * rows * 2, err, err_len, "weight scales") ? -1 : 0;
         }
         free(hq);
         free(hd);
@@ -619,6 +722,17 @@ static void unload(void *hv) {
         free_mat(&t->down);
     }
     free_mat(&h->output);
+    if (h->times) {
+        for (int i = 0; i <= h->desc.max_batch; i++) {
+            const handle::step_time *t = &h->times[i];
+            if (!t->steps) continue;
+            fprintf(stderr, "plumb-cuda: batch %3d: %6ld steps, per step ms: stage %.3f, GPU %.3f, wait %.3f, copy out %.3f\n", i, t->steps,
+                    1e3 * t->stage / t->steps, 1e3 * t->gpu / t->steps, 1e3 * t->wait / t->steps, 1e3 * t->copy / t->steps);
+        }
+        free(h->times);
+        cudaEventDestroy(h->ev0);
+        cudaEventDestroy(h->ev1);
+    }
     void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
@@ -641,11 +755,16 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     size_t kv, max_rows = (size_t)(2 * d->n_ff > qkv_rows ? 2 * d->n_ff : qkv_rows);
     int dev = 0;
     h->use_graphs = !(g && !strcmp(g, "0"));
+    if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
+        cudaEventCreate(&h->ev0);
+        cudaEventCreate(&h->ev1);
+    }
     h->layers = (dlayer *)calloc((size_t)d->n_layers, sizeof(dlayer));
     if (!h->layers) { snprintf(err, err_len, "out of host memory"); goto fail; }
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "creating a stream");
+    CHECK(gemm_allow_smem(), "configuring the GEMM kernels");
     if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
     cublasSetStream(h->blas, h->stream);
     if (!(h->blas_ws = dev_alloc(h, (size_t)32 << 20, err, err_len, "cuBLAS workspace"))) goto fail;
@@ -724,7 +843,7 @@ static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, in
         const int8_t *aq = h->aq + (size_t)t0 * W->cols;
         const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) k_matvec<TYPE, NT><<<g, 128, 0, h->stream>>>(W->qs, W->d, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+#define MV(NT) k_matvec<TYPE, NT><<<g, 128, 0, h->stream>>>(W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
         case 1: MV(1); break;
         case 2: MV(2); break;
@@ -740,6 +859,20 @@ static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, in
 }
 
 template <int TYPE, int NF>
+static cudaError_t gemm_allow_smem_one() {
+    return cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<TYPE, NF>::BYTES);
+}
+
+// the GEMM's pipeline needs more than the default 48 KiB of shared memory
+static cudaError_t gemm_allow_smem() {
+    const cudaError_t e[] = {gemm_allow_smem_one<TYPE_Q4_0, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4>(),
+                             gemm_allow_smem_one<TYPE_Q8_0, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2>(), gemm_allow_smem_one<TYPE_Q8_0, 4>()};
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+        if (e[i] != cudaSuccess) return e[i];
+    return cudaSuccess;
+}
+
+template <int TYPE, int NF>
 static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const int row_blocks = (int)grid((size_t)W->rows, GM_ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
     const int chunks = (W->cols + GM_KC - 1) / GM_KC;
@@ -751,7 +884,8 @@ static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, i
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
     const dim3 g(row_blocks, tok_blocks, splits);
-    k_gemm_q<TYPE, NF><<<g, 256, 0, h->stream>>>(W->qs, W->d, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+    k_gemm_q<TYPE, NF><<<g, 256, gemm_smem<TYPE, NF>::BYTES, h->stream>>>(W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
+                                                                          splits > 1 ? h->partial : NULL);
     if (splits > 1)
         k_splitk_sum<<<grid((size_t)n * W->rows, 256), 256, 0, h->stream>>>(h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
@@ -816,20 +950,20 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, si
     for (int l = 0; l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(L->qkv, L->n_qkv, n), fo = act_fmt(&L->wo, n), fg = group_fmt(L->gu, L->n_gu, n), fd = act_fmt(&L->down, n);
-        k_rmsnorm_act<<<n, 256, 0, h->stream>>>(h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
+        k_rmsnorm_act<<<n, 1024, 0, h->stream>>>(h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
-        k_rope_kv<<<n, 128, 0, h->stream>>>(h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
+        k_rope_kv<<<dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->stream>>>(h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
         launch_attention(h, n, l, pos, seq, table, max_blocks);
-        k_make_act<<<dim3(n, (unsigned)grid((size_t)qd / QK + 1, 8)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+        k_make_act<<<dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
         if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
-        k_rmsnorm_act<<<n, 256, 0, h->stream>>>(h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
+        k_rmsnorm_act<<<n, 1024, 0, h->stream>>>(h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
-        k_make_act<<<dim3(n, (unsigned)grid((size_t)ff / QK + 1, 8)), 256, 0, h->stream>>>(h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
+        k_make_act<<<dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->stream>>>(h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
         if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
     }
     if (d->has_head && n_out) {
-        k_rmsnorm_act<<<n_out, 256, 0, h->stream>>>(h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
+        k_rmsnorm_act<<<n_out, 1024, 0, h->stream>>>(h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
         if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
@@ -890,6 +1024,8 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         snprintf(err, err_len, "block table wider than the plugin's (%d > %d)", b->max_blocks_per_seq, d->n_kv_blocks);
         return -1;
     }
+    const double t_start = h->times ? now_s() : 0;
+    double t_launched = 0, t_done = 0, copy_s = 0;
     int *hp = h->hmeta;
     memcpy(hp, b->pos, (size_t)n * 4);
     memcpy(hp + nb, b->seq, (size_t)n * 4);
@@ -902,15 +1038,23 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
     exec = graph_for(h, n, n_out, b->max_blocks_per_seq, err, err_len, &failed);
     if (failed) return -1;
+    if (h->times) cudaEventRecord(h->ev0, h->stream);
     if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
     else if (run_layers(h, n, n_out, b->max_blocks_per_seq, err, err_len)) return -1;
+    if (h->times) {
+        cudaEventRecord(h->ev1, h->stream);
+        t_launched = now_s();
+    }
     if (d->has_head) {
         for (int r0 = 0; r0 < n_out; r0 += (int)h->hlogits_rows) { // through pinned memory, a chunk of rows at a time
             const int rn = n_out - r0 < (int)h->hlogits_rows ? n_out - r0 : (int)h->hlogits_rows;
             const size_t bytes = (size_t)rn * d->n_vocab * 4;
             CHECK(cudaMemcpyAsync(h->hlogits, h->logits + (size_t)r0 * d->n_vocab, bytes, cudaMemcpyDeviceToHost, h->stream), "copying logits");
             CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+            const double tc = h->times ? now_s() : 0;
+            if (!t_done) t_done = tc;
             memcpy(logits_host + (size_t)r0 * d->n_vocab, h->hlogits, bytes);
+            if (h->times) copy_s += now_s() - tc;
         }
     } else {
         CHECK(cudaMemcpyAsync(h->hx, h->x, (size_t)n * D * 4, cudaMemcpyDeviceToHost, h->stream), "copying hidden states back");
@@ -918,6 +1062,17 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         memcpy(x_host, h->hx, (size_t)n * D * 4);
     }
     CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+    if (h->times) {
+        handle::step_time *t = &h->times[n];
+        float ms = 0;
+        cudaEventElapsedTime(&ms, h->ev0, h->ev1);
+        if (!t_done) t_done = now_s();
+        t->steps++;
+        t->stage += t_launched - t_start;
+        t->gpu += ms * 1e-3;
+        t->wait += t_done - t_launched;
+        t->copy += copy_s;
+    }
     return 0;
 fail:
     return -1;
