@@ -86,8 +86,8 @@ prof)
     PLUMB_CUDA_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 1400 --launch-count 340 --csv \
         $P run -m "$m" -p "Once upon a time" -n 8 --temp 0 -ngl all > "$OUT/ncu-b1.csv" 2>"$OUT/ncu-b1.err"
     python3 bench/ncu_summary.py "$OUT/ncu-b1.csv" | tee "$OUT/ncu-b1.txt"
-    PLUMB_CUDA_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 45000 --launch-count 340 --csv \
-        $P bench -m "$m" --backends cuda --ngl all --batch 64 -p 128 -n 4 --reps 1 --warmup 0 --no-quality -o "$OUT/prof64" > "$OUT/ncu-b64.csv" 2>"$OUT/ncu-b64.err"
+    PLUMB_CUDA_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --launch-skip 59500 --launch-count 460 --csv \
+        $P bench -m "$m" --backends cuda --ngl all --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality -o "$OUT/prof64" > "$OUT/ncu-b64.csv" 2>"$OUT/ncu-b64.err"
     python3 bench/ncu_summary.py "$OUT/ncu-b64.csv" | tee "$OUT/ncu-b64.txt"
     ;;
 esac
