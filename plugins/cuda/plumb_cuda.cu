@@ -385,26 +385,33 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
             const int row = warp * 16 + (lane >> 1), blk = lane & 1;
             const __half2 d2 = __half2half2(((const __half *)(st + L::STAGE_Q))[row * 2 + blk]);
             __half2 *dst = (__half2 *)(myW + (lane >> 1) * GM_LD + blk * QK);
+            // quants to F16 without int-to-float conversions: a byte b placed under
+            // the exponent of 1024 (0x64XX) reads as 1024 + b; subtracting the bias
+            // leaves the exact small integer, and one multiply applies the scale
             if (TYPE == TYPE_Q4_0) {
                 const uint4 q = *(const uint4 *)(st + (row * 2 + blk) * 16);
                 const uint32_t wv[4] = {q.x, q.y, q.z, q.w};
+                const __half2 bias = __float2half2_rn(1032.0f); // 1024 + the Q4_0 offset 8
 #pragma unroll
                 for (int i = 0; i < 4; i++) { // bytes 4i..4i+3: low nibbles are values 4i.., high ones 16+4i..
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
-                        const int b0 = (wv[i] >> (16 * j)) & 0xFF, b1 = (wv[i] >> (16 * j + 8)) & 0xFF;
-                        dst[2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 & 15) - 8), (float)((b1 & 15) - 8)), d2);
-                        dst[8 + 2 * i + j] = __hmul2(__floats2half2_rn((float)((b0 >> 4) - 8), (float)((b1 >> 4) - 8)), d2);
+                        const uint32_t pair = __byte_perm(wv[i], 0, j ? 0x4342 : 0x4140); // bytes 2j, 2j+1 in the two halves
+                        const uint32_t lo = (pair & 0x000F000Fu) | 0x64006400u, hi = ((pair >> 4) & 0x000F000Fu) | 0x64006400u;
+                        dst[2 * i + j] = __hmul2(__hsub2(*(const __half2 *)&lo, bias), d2);
+                        dst[8 + 2 * i + j] = __hmul2(__hsub2(*(const __half2 *)&hi, bias), d2);
                     }
                 }
             } else {
                 const uint4 q0 = *(const uint4 *)(st + (row * 2 + blk) * 32), q1 = *(const uint4 *)(st + (row * 2 + blk) * 32 + 16);
                 const uint32_t wv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+                const __half2 bias = __float2half2_rn(1152.0f); // 1024 + 128: int8 made unsigned by flipping its sign bit
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    const int8_t *b = (const int8_t *)&wv[i];
-                    dst[2 * i] = __hmul2(__floats2half2_rn((float)b[0], (float)b[1]), d2);
-                    dst[2 * i + 1] = __hmul2(__floats2half2_rn((float)b[2], (float)b[3]), d2);
+                    const uint32_t u = wv[i] ^ 0x80808080u;
+                    const uint32_t p0 = __byte_perm(u, 0x64646464u, 0x5140), p1 = __byte_perm(u, 0x64646464u, 0x7362);
+                    dst[2 * i] = __hmul2(__hsub2(*(const __half2 *)&p0, bias), d2);
+                    dst[2 * i + 1] = __hmul2(__hsub2(*(const __half2 *)&p1, bias), d2);
                 }
             }
         }
@@ -496,24 +503,44 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
     else vp[slot + idx - qd - kv_dim] = __float2half(out);
 }
 
-// Attention for one (token, kv head, group of up to 8 query heads): 4 warps
-// split the positions, each keeps an online softmax per head (lane holds E
-// of the head's hd dims), then the warps' partial results are merged.
+// One warp writes one 32-value block of activations (lane = value): int8
+// quants with scale and scale x sum, and/or F16.
+__device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    const int lane = threadIdx.x & 31;
+    if (fmt & ACT_Q8) {
+        const float amax = warp_max(fabsf(v));
+        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        const int q = __float2int_rn(v * id);
+        const int sum = warp_isum(q);
+        aq[(size_t)row * k + blk * QK + lane] = (int8_t)q;
+        if (lane == 0) ad[(size_t)row * (k / QK) + blk] = make_float2(d, d * (float)sum);
+    }
+    if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
+}
+
+// Attention for one (token, kv head, HG query heads of its group): 4 warps
+// split the positions, 4 positions per pass loaded before any is used; each
+// warp keeps an online softmax per head (a lane holds E of the head's hd
+// dims), then the warps' partial results are merged. With fmt, the output
+// goes straight to the next product's activations (hd % 32 == 0), else to
+// out as floats.
 #define ATT_WARPS 4
-#define ATT_HEADS 8
-template <int E>
-__global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, const int *pos, const int *seq, const int *table, int max_blocks, int n_head,
-                                                   int n_head_kv, int hd, const __half *kp, const __half *vp, int layer, int n_layers, int kv_block,
-                                                   float *out, int ldo) {
-    extern __shared__ float sh[]; // [ATT_WARPS][ATT_HEADS] m, l, then [ATT_WARPS][ATT_HEADS][hd] acc
-    const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv;
-    const int h0 = kvh * group + blockIdx.y * ATT_HEADS, nh = min(ATT_HEADS, kvh * group + group - h0);
+#define ATT_POS 4
+template <int E, int HG>
+__global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
+                                                   const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
+                                                   const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
+                                                   float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    extern __shared__ float sh[]; // [ATT_WARPS][HG] m, l, then [ATT_WARPS][HG][hd] acc
+    const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv, qd = n_head * hd;
+    const int h0 = kvh * group + blockIdx.y * HG, nh = min(HG, kvh * group + group - h0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kv_dim = n_head_kv * hd, len = pos[t] + 1;
     const int *tab = table + seq[t] * max_blocks;
     const float scale = rsqrtf((float)hd);
-    float q[ATT_HEADS][E], acc[ATT_HEADS][E], m[ATT_HEADS], l[ATT_HEADS];
+    const int vec = hd == 32 * E; // each lane's E values are contiguous and whole: one vector load
+    float q[HG][E], acc[HG][E], m[HG], l[HG];
 #pragma unroll
-    for (int g = 0; g < ATT_HEADS; g++) {
+    for (int g = 0; g < HG; g++) {
         m[g] = -INFINITY;
         l[g] = 0;
 #pragma unroll
@@ -524,17 +551,30 @@ __global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, co
         }
     }
     auto load = [&](int p, float *kv, float *vv) {
-        const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd;
+        const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd + lane * E;
+        if (vec && E % 2 == 0) {
+            const __half2 *k2 = (const __half2 *)(kp + off), *v2 = (const __half2 *)(vp + off);
+            __half2 kb[E / 2 > 0 ? E / 2 : 1], vb[E / 2 > 0 ? E / 2 : 1];
+            if (E == 8) { *(uint4 *)kb = *(const uint4 *)k2; *(uint4 *)vb = *(const uint4 *)v2; }
+            else if (E == 4) { *(uint2 *)kb = *(const uint2 *)k2; *(uint2 *)vb = *(const uint2 *)v2; }
+            else { kb[0] = k2[0]; vb[0] = v2[0]; }
 #pragma unroll
-        for (int e = 0; e < E; e++) {
-            const int i = lane * E + e;
-            kv[e] = i < hd ? __half2float(kp[off + i]) : 0.0f;
-            vv[e] = i < hd ? __half2float(vp[off + i]) : 0.0f;
+            for (int e = 0; e < E / 2; e++) {
+                const float2 kf = __half22float2(kb[e]), vf = __half22float2(vb[e]);
+                kv[2 * e] = kf.x; kv[2 * e + 1] = kf.y; vv[2 * e] = vf.x; vv[2 * e + 1] = vf.y;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const int ok = lane * E + e < hd;
+                kv[e] = ok ? __half2float(kp[off + e]) : 0.0f;
+                vv[e] = ok ? __half2float(vp[off + e]) : 0.0f;
+            }
         }
     };
     auto update = [&](const float *kv, const float *vv) {
 #pragma unroll
-        for (int g = 0; g < ATT_HEADS; g++) {
+        for (int g = 0; g < HG; g++) {
             if (g >= nh) break;
             float s = 0;
 #pragma unroll
@@ -547,38 +587,49 @@ __global__ void __launch_bounds__(128) k_attention(const float *qkv, int ldq, co
             m[g] = mn;
         }
     };
-    // two positions per pass, both loaded before either is used
-    for (int p = warp; p < len; p += 2 * ATT_WARPS) {
-        float k0[E], v0[E], k1[E], v1[E];
-        const int p1 = p + ATT_WARPS;
-        load(p, k0, v0);
-        if (p1 < len) load(p1, k1, v1);
-        update(k0, v0);
-        if (p1 < len) update(k1, v1);
-    }
-    float *sm_m = sh, *sm_l = sh + ATT_WARPS * ATT_HEADS, *sm_acc = sh + 2 * ATT_WARPS * ATT_HEADS;
+    for (int p = warp; p < len; p += ATT_POS * ATT_WARPS) {
+        float kv[ATT_POS][E], vv[ATT_POS][E];
 #pragma unroll
-    for (int g = 0; g < ATT_HEADS; g++) {
+        for (int u = 0; u < ATT_POS; u++)
+            if (p + u * ATT_WARPS < len) load(p + u * ATT_WARPS, kv[u], vv[u]);
+#pragma unroll
+        for (int u = 0; u < ATT_POS; u++)
+            if (p + u * ATT_WARPS < len) update(kv[u], vv[u]);
+    }
+    float *sm_m = sh, *sm_l = sh + ATT_WARPS * HG, *sm_acc = sh + 2 * ATT_WARPS * HG;
+#pragma unroll
+    for (int g = 0; g < HG; g++) {
         if (g >= nh) break;
-        if (lane == 0) { sm_m[warp * ATT_HEADS + g] = m[g]; sm_l[warp * ATT_HEADS + g] = l[g]; }
+        if (lane == 0) { sm_m[warp * HG + g] = m[g]; sm_l[warp * HG + g] = l[g]; }
 #pragma unroll
         for (int e = 0; e < E; e++)
-            if (lane * E + e < hd) sm_acc[(warp * ATT_HEADS + g) * hd + lane * E + e] = acc[g][e];
+            if (lane * E + e < hd) sm_acc[(warp * HG + g) * hd + lane * E + e] = acc[g][e];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
-        const int g = i / hd, dim = i % hd;
-        float mx = -INFINITY;
-        for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w * ATT_HEADS + g]);
-        float z = 0, o = 0;
-        for (int w = 0; w < ATT_WARPS; w++) {
-            const float mw = sm_m[w * ATT_HEADS + g];
-            if (mw == -INFINITY) continue; // a warp that saw no positions
-            const float f = __expf(mw - mx);
-            z += sm_l[w * ATT_HEADS + g] * f;
-            o += sm_acc[(w * ATT_HEADS + g) * hd + dim] * f;
+    // merge: value i of this block's nh heads; with fmt, whole warps of 32 consecutive values
+    const int total = nh * hd, rounds = (total + blockDim.x - 1) / blockDim.x;
+    for (int r = 0; r < rounds; r++) {
+        const int i = r * blockDim.x + threadIdx.x;
+        float o = 0;
+        if (i < total) {
+            const int g = i / hd, dim = i % hd;
+            float mx = -INFINITY;
+            for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w * HG + g]);
+            float z = 0;
+            for (int w = 0; w < ATT_WARPS; w++) {
+                const float mw = sm_m[w * HG + g];
+                if (mw == -INFINITY) continue; // a warp that saw no positions
+                const float f = __expf(mw - mx);
+                z += sm_l[w * HG + g] * f;
+                o += sm_acc[(w * HG + g) * hd + dim] * f;
+            }
+            o /= z;
         }
-        out[(size_t)t * ldo + (h0 + g) * hd + dim] = o / z;
+        if (fmt) {
+            if (r * blockDim.x + (threadIdx.x & ~31) < total) store_act_warp(o, t, (h0 * hd + i) / QK, qd, fmt, aq, ad, ah);
+        } else if (i < total) {
+            out[(size_t)t * qd + h0 * hd + i] = o;
+        }
     }
 }
 
@@ -926,18 +977,28 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
     return 0;
 }
 
-static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks) {
+// With fmt, attention writes the output projection's activations itself.
+static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
     const plumb_backend_model_desc *d = &h->desc;
     const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
-    const dim3 g(n * d->n_head_kv, (group + ATT_HEADS - 1) / ATT_HEADS);
-    const size_t sm = (size_t)ATT_WARPS * ATT_HEADS * (2 + hd) * 4;
-#define ATT(E)                                                                                                                                    \
-    k_attention<E><<<g, 32 * ATT_WARPS, sm, h->stream>>>(h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool, h->v_pool, \
-                                                         layer, d->n_layers, d->kv_block, h->att, d->n_head * hd)
-    if (hd <= 32) ATT(1);
-    else if (hd <= 64) ATT(2);
-    else if (hd <= 128) ATT(4);
-    else ATT(8);
+    const int hg = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
+    const size_t sm = (size_t)ATT_WARPS * hg * (2 + hd) * 4;
+#define ATT(E, HG)                                                                                                                                 \
+    k_attention<E, HG><<<g, 32 * ATT_WARPS, sm, h->stream>>>(h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,     \
+                                                             h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
+#define ATT_E(HG)                                                                                                                                  \
+    do {                                                                                                                                           \
+        if (hd <= 32) ATT(1, HG);                                                                                                                  \
+        else if (hd <= 64) ATT(2, HG);                                                                                                             \
+        else if (hd <= 128) ATT(4, HG);                                                                                                            \
+        else ATT(8, HG);                                                                                                                           \
+    } while (0)
+    if (hg == 1) ATT_E(1);
+    else if (hg == 2) ATT_E(2);
+    else if (hg == 4) ATT_E(4);
+    else ATT_E(8);
+#undef ATT_E
 #undef ATT
 }
 
@@ -954,8 +1015,11 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, si
         if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
         k_rope_kv<<<dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->stream>>>(h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        launch_attention(h, n, l, pos, seq, table, max_blocks);
-        k_make_act<<<dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+        if (d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
+        else {
+            launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
+            k_make_act<<<dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+        }
         if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
         k_rmsnorm_act<<<n, 1024, 0, h->stream>>>(h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
