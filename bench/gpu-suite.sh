@@ -9,8 +9,8 @@
 #          12/24/40/64: the tensor-core GEMM with 1, 2 and 4 token tiles)
 #   tiny   TinyLlama-1.1B shape Q4_0: -ngl all at batch 1/8/64
 #   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64, and -ngl 16
-#   ab     the same 7B file through $AB_PLUGIN (an older plugin) in the same binary,
-#          and the current plugin without CUDA graphs, at batch 1 and 64
+#   ab     the same 7B file without programmatic dependent launch, without CUDA
+#          graphs, and through $AB_PLUGIN (an older plugin) in the same binary, at batch 1 and 64
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
@@ -70,6 +70,8 @@ tiny)
 ab)
     m=$(model llama2-7b q4_0)
     {
+        echo "== current plugin, programmatic dependent launch off"
+        PLUMB_CUDA_PDL=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nopdl"
         echo "== current plugin, CUDA graphs off"
         PLUMB_CUDA_GRAPHS=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nographs"
         if [ -n "${AB_PLUGIN:-}" ]; then

@@ -107,7 +107,7 @@ struct handle {
     cublasHandle_t blas;
     graph_slot graphs[GRAPH_SLOTS];
     unsigned long clock;
-    int use_graphs;
+    int use_graphs, pdl;
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
@@ -140,6 +140,22 @@ __device__ __forceinline__ int warp_isum(int v) {
     return v;
 }
 
+// Programmatic dependent launch (Hopper): a kernel lets the next one start
+// as soon as all of its own blocks are running (pdl_trigger), and waits for
+// the previous one to finish (pdl_wait) only before it touches what that one
+// wrote, so a product's weight loads overlap the previous kernel's tail.
+// Before sm_90 (or with PLUMB_CUDA_PDL=0) launches carry no such attribute.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // A thread holds 4 consecutive values of a row (at i4 = index of value 0,
 // a multiple of 4); 8 neighbouring threads hold one 32-value block. Writes
 // the int8 quants with the block's scale and (scale x sum of quants), as the
@@ -170,6 +186,8 @@ __device__ __forceinline__ void store_act4(float4 v, int row, int i4, int k, int
 // true of every model with quantized matrices; others take the plain loop).
 __global__ void __launch_bounds__(1024) k_rmsnorm_act(const float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
                                                       __half *ah) {
+    pdl_trigger();
+    pdl_wait();
     const int r = blockIdx.x;
     const float *xr = x + (size_t)(rows ? rows[r] : r) * d;
     const int wide = d % QK == 0;
@@ -208,6 +226,8 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
 // act[t] = x[t] (swiglu = 0) or silu(x[t][i]) * x[t][k + i] (swiglu = 1, x
 // holds [gate | up] rows of ldx floats). grid (n, ceil(k / 1024)), 256 threads.
 __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x;
     const float *xr = x + (size_t)t * ldx;
     if (k % QK == 0) {
@@ -236,10 +256,12 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
 template <int TYPE, int NT>
 __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                 const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
+    pdl_trigger();
     const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     const int nb = k / QK;
     const __half *dr = wd + (size_t)row * dstride;
+    int waited = 0; // the first weights are loaded before waiting for the activations
     const uint4 *wr = (const uint4 *)(qs + (size_t)row * (TYPE == TYPE_Q4_0 ? k / 2 : k));
     constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2; // 16-byte loads per block
     constexpr int DEPTH = TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2;
@@ -258,6 +280,7 @@ __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, 
                 dw[u] = __half2float(dr[b]);
             }
         }
+        if (!waited) { pdl_wait(); waited = 1; }
 #pragma unroll
         for (int u = 0; u < DEPTH; u++) {
             const int b = b0 + 32 * u;
@@ -283,6 +306,7 @@ __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, 
             }
         }
     }
+    if (!waited) pdl_wait();
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         const float sum = warp_sum(acc[t]);
@@ -345,7 +369,7 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
     const int nkb = k / QK, chunks = (k + GM_KC - 1) / GM_KC, qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
-    auto issue = [&](int c) { // slice c -> stage c % GM_STAGES
+    auto issue_w = [&](int c) { // slice c's weights -> stage c % GM_STAGES
         unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
         // quants: GM_ROWS rows x 2 blocks x QB bytes, 16 bytes a copy
         for (int i = threadIdx.x; i < GM_ROWS * 2 * QB / 16; i += 256) {
@@ -358,8 +382,9 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
             const int row = threadIdx.x, ok = r0 + row < rows && c * 2 < nkb;
             cp_async4(st + L::STAGE_Q + row * 4, ok ? wd + (size_t)(r0 + row) * dstride + c * 2 : wd, ok);
         }
-        // activations: BN tokens x 8 pieces of 8 F16
-        __half *sa = (__half *)(st + L::STAGE_Q + L::STAGE_D);
+    };
+    auto issue_a = [&](int c) { // slice c's activations: BN tokens x 8 pieces of 8 F16
+        __half *sa = (__half *)(smem + (c % GM_STAGES) * L::STAGE + L::STAGE_Q + L::STAGE_D);
         for (int i = threadIdx.x; i < BN * 8; i += 256) {
             const int tok = i >> 3, col = c * GM_KC + (i & 7) * 8, ok = t0 + tok < n && col < k;
             cp_async16(sa + tok * GM_LD + (i & 7) * 8, ok ? A + (size_t)(t0 + tok) * k + col : A, ok);
@@ -369,16 +394,24 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
 #pragma unroll
     for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < GM_STAGES - 1; s++)
+        if (c_begin + s < c_end) issue_w(c_begin + s); // weights need nothing from the previous kernel
+    pdl_wait();
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
-        if (c_begin + s < c_end) issue(c_begin + s);
+        if (c_begin + s < c_end) issue_a(c_begin + s);
         cp_async_commit(); // an empty group keeps the count uniform
     }
     __half *myW = sW + warp * 16 * GM_LD;
     for (int c = c_begin; c < c_end; c++) {
         cp_async_wait<GM_STAGES - 2>(); // this thread's copies of slice c have landed
         __syncthreads();                // everyone's have; and slice c-1's stage is free
-        if (c + GM_STAGES - 1 < c_end) issue(c + GM_STAGES - 1);
+        if (c + GM_STAGES - 1 < c_end) {
+            issue_w(c + GM_STAGES - 1);
+            issue_a(c + GM_STAGES - 1);
+        }
         cp_async_commit();
         const unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
         { // dequantize: lane -> (row lane/2, block lane&1) of this warp's 16 rows
@@ -450,6 +483,8 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
 }
 
 __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, float *C, int ldc, int accumulate) {
+    pdl_trigger();
+    pdl_wait();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)n * rows) return;
     const int t = (int)(i / rows), r = (int)(i % rows);
@@ -461,6 +496,8 @@ __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, 
 
 // cos/sin of each token's rotary angles, in double like the host.
 __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
+    pdl_trigger();
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * half_rot) return;
     const int t = i / half_rot, j = i % half_rot;
@@ -476,6 +513,8 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
                           const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table, int max_blocks, int n_head,
                           int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp, int layer, int n_layers,
                           int kv_block) {
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd;
     const int idx = h * hd + i; // this value's column in the qkv row
     float *row = qkv + (size_t)t * ldq;
@@ -531,6 +570,8 @@ __global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
                                                    const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
                                                    float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ float sh[]; // [ATT_WARPS][HG] m, l, then [ATT_WARPS][HG][hd] acc
     const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv, qd = n_head * hd;
     const int h0 = kvh * group + blockIdx.y * HG, nh = min(HG, kvh * group + group - h0);
@@ -637,6 +678,23 @@ __global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv
 
 static size_t grid(size_t n, int threads) { return (n + threads - 1) / threads; }
 static cudaError_t gemm_allow_smem();
+
+// Every kernel of a step goes through here: on h->stream, with programmatic
+// dependent launch where the GPU has it (errors surface at cudaGetLastError).
+template <typename... Params, typename... Args>
+static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = h->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = h->pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
+}
 
 static void *dev_alloc(handle *h, size_t bytes, char *err, size_t err_len, const char *what) {
     void *p = NULL;
@@ -802,7 +860,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     h->desc = *d;
     const int kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, nb = d->max_batch;
     const int qkv_rows = qd + 2 * kv_dim, max_k = d->n_ff > d->n_embd ? d->n_ff : d->n_embd;
-    const char *g = getenv("PLUMB_CUDA_GRAPHS");
+    const char *g = getenv("PLUMB_CUDA_GRAPHS"), *pdl_env = getenv("PLUMB_CUDA_PDL");
+    int major = 0;
     size_t kv, max_rows = (size_t)(2 * d->n_ff > qkv_rows ? 2 * d->n_ff : qkv_rows);
     int dev = 0;
     h->use_graphs = !(g && !strcmp(g, "0"));
@@ -814,6 +873,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     if (!h->layers) { snprintf(err, err_len, "out of host memory"); goto fail; }
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
+    CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
+    h->pdl = major >= 9 && !(pdl_env && !strcmp(pdl_env, "0"));
     CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "creating a stream");
     CHECK(gemm_allow_smem(), "configuring the GEMM kernels");
     if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
@@ -894,7 +955,7 @@ static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, in
         const int8_t *aq = h->aq + (size_t)t0 * W->cols;
         const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) k_matvec<TYPE, NT><<<g, 128, 0, h->stream>>>(W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+#define MV(NT) launch(h, k_matvec<TYPE, NT>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
         case 1: MV(1); break;
         case 2: MV(2); break;
@@ -935,10 +996,10 @@ static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, i
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
     const dim3 g(row_blocks, tok_blocks, splits);
-    k_gemm_q<TYPE, NF><<<g, 256, gemm_smem<TYPE, NF>::BYTES, h->stream>>>(W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
+    launch(h, k_gemm_q<TYPE, NF>, g, 256, gemm_smem<TYPE, NF>::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
                                                                           splits > 1 ? h->partial : NULL);
     if (splits > 1)
-        k_splitk_sum<<<grid((size_t)n * W->rows, 256), 256, 0, h->stream>>>(h->partial, splits, n, W->rows, y, ldy, accumulate);
+        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
 
 template <int TYPE>
@@ -985,7 +1046,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
     const size_t sm = (size_t)ATT_WARPS * hg * (2 + hd) * 4;
 #define ATT(E, HG)                                                                                                                                 \
-    k_attention<E, HG><<<g, 32 * ATT_WARPS, sm, h->stream>>>(h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,     \
+    launch(h, k_attention<E, HG>, g, 32 * ATT_WARPS, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,     \
                                                              h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
 #define ATT_E(HG)                                                                                                                                  \
     do {                                                                                                                                           \
@@ -1007,27 +1068,27 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, si
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
-    if (d->n_rot > 0) k_rope_table<<<grid((size_t)n * (d->n_rot / 2), 128), 128, 0, h->stream>>>(pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
+    if (d->n_rot > 0) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
     for (int l = 0; l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(L->qkv, L->n_qkv, n), fo = act_fmt(&L->wo, n), fg = group_fmt(L->gu, L->n_gu, n), fd = act_fmt(&L->down, n);
-        k_rmsnorm_act<<<n, 1024, 0, h->stream>>>(h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
+        launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
-        k_rope_kv<<<dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->stream>>>(h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
+        launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
         if (d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
         else {
             launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
-            k_make_act<<<dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->stream>>>(h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+            launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
         }
         if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
-        k_rmsnorm_act<<<n, 1024, 0, h->stream>>>(h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
+        launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
-        k_make_act<<<dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->stream>>>(h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
+        launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
         if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
     }
     if (d->has_head && n_out) {
-        k_rmsnorm_act<<<n_out, 1024, 0, h->stream>>>(h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
+        launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
         if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
