@@ -30,7 +30,18 @@ void plumb_sysinfo_get(plumb_sysinfo *s) {
     cpu_set_t set;
     s->cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     s->mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024);
-    s->llc_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    /* the kernel's cache topology first: in a VM, CPUID (behind sysconf) can
+     * describe the host's whole L3 rather than the slice this CPU shares */
+    s->llc_bytes = 0;
+    FILE *cf = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (!cf) cf = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+    if (cf) {
+        long v = 0;
+        char unit = 0;
+        if (fscanf(cf, "%ld%c", &v, &unit) >= 1) s->llc_bytes = v * (unit == 'K' ? 1024L : unit == 'M' ? 1048576L : 1L);
+        fclose(cf);
+    }
+    if (s->llc_bytes <= 0) s->llc_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (s->llc_bytes <= 0) s->llc_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
     if (s->llc_bytes < 0) s->llc_bytes = 0;
     struct utsname u;
