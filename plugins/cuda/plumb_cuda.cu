@@ -972,7 +972,10 @@ static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, in
 
 template <int TYPE, int NF>
 static cudaError_t gemm_allow_smem_one() {
-    return cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<TYPE, NF>::BYTES);
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<TYPE, NF>::BYTES);
+    /* ask for the largest shared-memory carveout, so several blocks fit on a multiprocessor */
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    return e;
 }
 
 // the GEMM's pipeline needs more than the default 48 KiB of shared memory
