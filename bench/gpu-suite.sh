@@ -11,6 +11,7 @@
 #   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64, and -ngl 16
 #   ab     the same 7B file without programmatic dependent launch, without CUDA
 #          graphs, and through $AB_PLUGIN (an older plugin) in the same binary, at batch 1 and 64
+#   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
@@ -70,15 +71,24 @@ tiny)
 ab)
     m=$(model llama2-7b q4_0)
     {
-        echo "== current plugin, programmatic dependent launch off"
+        [ "${AB_SWITCHES:-1}" = 1 ] && echo "== current plugin, programmatic dependent launch off" &&
         PLUMB_CUDA_PDL=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nopdl"
-        echo "== current plugin, CUDA graphs off"
+        [ "${AB_SWITCHES:-1}" = 1 ] && echo "== current plugin, CUDA graphs off" &&
         PLUMB_CUDA_GRAPHS=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nographs"
         if [ -n "${AB_PLUGIN:-}" ]; then
             echo "== $AB_PLUGIN"
             PLUMB_CUDA_PLUGIN=$AB_PLUGIN $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-old"
         fi
     } 2>&1 | tee "$OUT/ab.txt" | grep -E "^\| |==|GPU path|rror"
+    ;;
+cpu)
+    # the same binary on the device's CPU, and with part of the model on the GPU
+    m=$(model tinyllama-1.1b q4_0)
+    $P bench -m "$m" --backends cpu,cuda --ngl 11 -t $T --batch 1,8 -p 128 -n 32 --reps 2 --no-quality \
+        -o "$OUT/tinyllama-cpu-partial" 2>&1 | tee "$OUT/tinyllama-cpu-partial.txt" | grep -E "^\| |GPU path|rror"
+    m=$(model llama2-7b q4_0)
+    $P bench -m "$m" --backends cpu,cuda --ngl 16 -t $T --batch 1 -p 16 -n 16 --reps 2 --no-quality \
+        -o "$OUT/llama2-7b-cpu-partial" 2>&1 | tee "$OUT/llama2-7b-cpu-partial.txt" | grep -E "^\| |GPU path|rror"
     ;;
 prof)
     m=$(model llama2-7b q4_0)

@@ -107,7 +107,7 @@ struct handle {
     cublasHandle_t blas;
     graph_slot graphs[GRAPH_SLOTS];
     unsigned long clock;
-    int use_graphs, pdl;
+    int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
@@ -692,7 +692,7 @@ static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t 
     cfg.dynamicSmemBytes = smem;
     cfg.stream = h->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = h->pdl ? 1 : 0;
+    cfg.numAttrs = h->pdl && h->step_n <= MATVEC_MAX_N ? 1 : 0; /* measured: helps decode, not batches */
     cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
 }
 
@@ -991,9 +991,11 @@ template <int TYPE, int NF>
 static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const int row_blocks = (int)grid((size_t)W->rows, GM_ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
     const int chunks = (W->cols + GM_KC - 1) / GM_KC;
-    int splits = (2 * h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
+    /* split k only as far as each split keeps a long pipeline: a block's
+     * fixed costs (filling the pipeline, the epilogue) outweigh a few slices */
+    int splits = (h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
     if (splits > 8) splits = 8;
-    if (splits > chunks / 2) splits = chunks / 2;
+    if (splits > chunks / 16) splits = chunks / 16;
     if (splits < 1) splits = 1;
     while (splits > 1 && (size_t)splits * n * W->rows > h->partial_elems) splits--;
     const int cps = (chunks + splits - 1) / splits;
@@ -1068,6 +1070,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
 
 // The step's kernels, all on h->stream, reading inputs already on the device.
 static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
+    h->step_n = n;
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
