@@ -26,6 +26,8 @@ typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
 typedef void (*plumb_dot8_fn)(int n, const void *w_group, const void *act, float *out);
 /* the same for four tokens at once: out[t][0..8) from act[t], t < 4 */
 typedef void (*plumb_gemm8_fn)(int n, const void *w_group, const void *const *act, float *const *out);
+/* one plain row x four tokens' activations: out[0..4) */
+typedef void (*plumb_dot4t_fn)(int n, const void *w_row, const void *const *act, float *out);
 /* two groups (16 rows) x four tokens: out[t][0..16) */
 typedef void (*plumb_gemm16_fn)(int n, const void *w_group0, const void *w_group1, const void *const *act, float *const *out);
 
@@ -40,6 +42,7 @@ typedef struct {
     plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
     plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
     plumb_gemm16_fn gemm16[PLUMB_TYPE_COUNT]; /* AVX-512 only */
+    plumb_dot4t_fn dot4t[PLUMB_TYPE_COUNT];   /* row-at-a-time types with a four-token kernel */
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n); /* with F16C where present */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);

@@ -269,6 +269,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
     const int dequant_rows = exact && tt->act != PLUMB_ACT_F32;
     const int bs = tt->block_size;
     plumb_dot_fn dot = k->dot[W->type];
+    plumb_dot4t_fn dot4t = k->dot4t[W->type];
 
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
@@ -287,7 +288,16 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             }
         } else if (quantized_act) {
             prefetch_next_row(W, r, n_tok);
-            for (int t = 0; t < n_tok; t++)
+            int t = 0;
+            if (dot4t) /* four tokens per unpacking of the row */
+                for (; t + 4 <= n_tok; t += 4) {
+                    const void *acts[4];
+                    float o[4];
+                    for (int i = 0; i < 4; i++) acts[i] = (uint8_t *)act_buf + (size_t)(t + i) * act_row;
+                    dot4t((int)cols, wr, acts, o);
+                    for (int i = 0; i < 4; i++) y[(size_t)(t + i) * rows + r] = o[i];
+                }
+            for (; t < n_tok; t++)
                 y[(size_t)t * rows + r] = dot((int)cols, wr, (uint8_t *)act_buf + (size_t)t * act_row);
         } else {
             prefetch_next_row(W, r, n_tok);

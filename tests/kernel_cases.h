@@ -168,6 +168,39 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
     }
 }
 
+/* four-token kernels against four single-token reference products */
+static void kc_check_dot4t(const plumb_kernels *k, uint32_t type, kc_result *r) {
+    const plumb_type_traits *t = plumb_type_get(type);
+    const int sizes[] = {t->block_size, 3 * t->block_size, 11 * t->block_size};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 7 + type);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int n = sizes[s];
+        const size_t rb = plumb_type_row_bytes(type, (uint64_t)n), ab = plumb_matmul_act_bytes(type, n, 1);
+        float *x = malloc(sizeof(float) * (size_t)n * 4), *row = malloc(sizeof(float) * (size_t)n);
+        uint8_t *w = malloc(rb), *a = malloc(ab * 4);
+        kc_random(row, n, &rng, 1);
+        t->from_float(row, w, n);
+        t->to_float(w, row, n);
+        const void *acts[4];
+        for (int tk = 0; tk < 4; tk++) {
+            kc_random(x + (size_t)tk * n, n, &rng, 1);
+            plumb_kernels_scalar()->quantize_q8K(x + (size_t)tk * n, (void *)(a + ab * tk), n);
+            acts[tk] = a + ab * tk;
+        }
+        float got[4];
+        k->dot4t[type](n, w, acts, got);
+        for (int tk = 0; tk < 4; tk++) {
+            const float want = plumb_kernels_scalar()->dot[type](n, w, acts[tk]);
+            double abs_sum = 0;
+            for (int i = 0; i < n; i++) abs_sum += fabs((double)row[i] * x[(size_t)tk * n + i]);
+            if (kc_close(got[tk], want, abs_sum)) r->passed++;
+            else kc_fail(r, "%s dot4t %s n=%d token %d: %.7g vs reference %.7g", k->name, t->name, n, tk, got[tk], want);
+        }
+        free(x); free(row); free(w); free(a);
+    }
+}
+
 static kc_result kernel_check_table(const plumb_kernels *k) {
     kc_result r = {0, 0};
     kc_check_f32(k, &r);
@@ -177,6 +210,7 @@ static kc_result kernel_check_table(const plumb_kernels *k) {
         if (!k->dot[types[i]]) { kc_fail(&r, "%s has no kernel for %s", k->name, plumb_type_name(types[i])); continue; }
         kc_check_type(k, types[i], &r);
         if (k->dot8[types[i]]) kc_check_dot8(k, types[i], &r);
+        if (k->dot4t[types[i]]) kc_check_dot4t(k, types[i], &r);
     }
     return r;
 }
