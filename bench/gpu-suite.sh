@@ -75,6 +75,8 @@ ab)
         PLUMB_CUDA_PDL=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nopdl"
         [ "${AB_SWITCHES:-1}" = 1 ] && echo "== current plugin, CUDA graphs off" &&
         PLUMB_CUDA_GRAPHS=0 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-nographs"
+        echo "== current plugin, the earlier split-K policy (2 slices per split at least, 2 blocks per SM)"
+        PLUMB_CUDA_SPLITK=2,2 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-splitk"
         if [ -n "${AB_PLUGIN:-}" ]; then
             echo "== $AB_PLUGIN"
             PLUMB_CUDA_PLUGIN=$AB_PLUGIN $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-old"

@@ -108,6 +108,7 @@ struct handle {
     graph_slot graphs[GRAPH_SLOTS];
     unsigned long clock;
     int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
+    int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
@@ -865,6 +866,14 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     size_t kv, max_rows = (size_t)(2 * d->n_ff > qkv_rows ? 2 * d->n_ff : qkv_rows);
     int dev = 0;
     h->use_graphs = !(g && !strcmp(g, "0"));
+    h->split_min_slices = 16;
+    h->split_blocks_per_sm = 1;
+    if (getenv("PLUMB_CUDA_SPLITK") && sscanf(getenv("PLUMB_CUDA_SPLITK"), "%d,%d", &h->split_min_slices, &h->split_blocks_per_sm) != 2) {
+        snprintf(err, err_len, "PLUMB_CUDA_SPLITK wants MIN_SLICES,BLOCKS_PER_SM (e.g. 16,1)");
+        goto fail;
+    }
+    if (h->split_min_slices < 1) h->split_min_slices = 1;
+    if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
     if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
         cudaEventCreate(&h->ev0);
         cudaEventCreate(&h->ev1);
@@ -993,9 +1002,9 @@ static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, i
     const int chunks = (W->cols + GM_KC - 1) / GM_KC;
     /* split k only as far as each split keeps a long pipeline: a block's
      * fixed costs (filling the pipeline, the epilogue) outweigh a few slices */
-    int splits = (h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
+    int splits = (h->split_blocks_per_sm * h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
     if (splits > 8) splits = 8;
-    if (splits > chunks / 16) splits = chunks / 16;
+    if (splits > chunks / h->split_min_slices) splits = chunks / h->split_min_slices;
     if (splits < 1) splits = 1;
     while (splits > 1 && (size_t)splits * n * W->rows > h->partial_elems) splits--;
     const int cps = (chunks + splits - 1) / splits;
