@@ -1056,7 +1056,11 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
 static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
     const plumb_backend_model_desc *d = &h->desc;
     const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
-    const int hg = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    /* query heads per block: up to 8 share each K/V load, but a decode step of a
+     * grouped-query model then has only n x n_head_kv blocks: split the group
+     * until the blocks cover the multiprocessors (K/V rereads hit L2) */
+    int hg = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    while (hg > 1 && (long)n * d->n_head_kv * ((group + hg - 1) / hg) < h->num_sms) hg /= 2;
     const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
     const size_t sm = (size_t)ATT_WARPS * hg * (2 + hd) * 4;
 #define ATT(E, HG)                                                                                                                                 \
