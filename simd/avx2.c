@@ -269,6 +269,48 @@ T512 static float dot_q5_K_avx512(int n, const void *wv, const void *av) {
 }
 #undef K4_512_BODY
 
+/* Q6_K with 512-bit registers: the 64 low-bit bytes of a 128-value half are
+ * one register holding two 32-value slices, paired with 64 contiguous
+ * activation bytes; each 16-value group's scale comes from one vpermw. */
+T512 static inline __m512i q6_scale_idx(int first) { /* int16 lane j -> scale first + j / 8 */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_setr_epi16(first, first, first, first, first, first, first, first, first + 1, first + 1,
+                                                                       first + 1, first + 1, first + 1, first + 1, first + 1, first + 1)),
+                              _mm256_setr_epi16(first + 2, first + 2, first + 2, first + 2, first + 2, first + 2, first + 2, first + 2, first + 3,
+                                                first + 3, first + 3, first + 3, first + 3, first + 3, first + 3, first + 3),
+                              1);
+}
+
+T512 static float dot_q6_K_avx512(int n, const void *wv, const void *av) {
+    const block_q6_K *w = wv;
+    const block_q8_K *a = av;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    const __m512i sh_lo = _mm512_inserti64x4(_mm512_set1_epi64(0), _mm256_set1_epi64x(2), 1);
+    const __m512i sh_hi = _mm512_inserti64x4(_mm512_set1_epi64(4), _mm256_set1_epi64x(6), 1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        const __m512i sc512 = _mm512_castsi256_si512(sc16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i l = _mm512_loadu_si512((const void *)(w[i].ql + 64 * h));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+            /* slices 0,1: low nibbles with qh bits 0-1 / 2-3; slices 2,3: high nibbles with bits 4-5 / 6-7 */
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_lo), m2), 4));
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh_hi), m2), 4));
+            const int8_t *q8 = a[i].qs + 128 * h;
+            const __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void *)q8));
+            const __m512i p23 = _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void *)(q8 + 64)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p01, _mm512_permutexvar_epi16(q6_scale_idx(8 * h), sc512)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p23, _mm512_permutexvar_epi16(q6_scale_idx(8 * h + 4), sc512)));
+        }
+        const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i].bsums));
+        const __m256i isum = _mm256_sub_epi32(_mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1)), _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* The AVX2-VNNI table plus the 16-row kernels. */
 static const plumb_kernels avx512_vnni = {
     .name = "avx512-vnni",
@@ -282,7 +324,7 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_Q4_1] = VNNI_DOT_Q4_1,
         [PLUMB_TYPE_Q4_K] = dot_q4_K_avx512,
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
-        [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
+        [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
