@@ -16,7 +16,7 @@ static const char *run_help =
     "  -t N|all           threads (default: all cores)\n"
     "  -c N               context size (default: the model's, at most 4096)\n"
     CLI_SAMPLER_HELP
-    "  --numa MODE        off (default), distribute, isolate: thread placement on NUMA machines\n"
+    "  --numa MODE        off (default), distribute, isolate, mirror: NUMA placement\n"
     "  -ngl N|all         run the last N layers (all: the whole model) on the GPU through the CUDA plugin\n"
     "  --exact            dequantize weights to f32 for every product (reference arithmetic)\n"
     "  --ignore-eos       keep generating past the end-of-sequence token\n"

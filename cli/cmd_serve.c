@@ -16,7 +16,7 @@ static const char *serve_help =
     "  --port N            (default 8080)\n"
     "  --parallel N        sequences decoded together (default 4)\n"
     "  -c N                KV cache positions shared by all sequences (default parallel x 2048)\n"
-    "  -t N                threads   --numa off|distribute|isolate  thread placement\n"
+    "  -t N                threads   --numa off|distribute|isolate|mirror  NUMA placement\n"
     "  --queue N           waiting requests before answering 503 (default 64)\n"
     "  --api-key KEY       require Authorization: Bearer KEY (401 otherwise)\n"
     "  --rate-limit R      requests per second allowed (429 above; default off)\n"

@@ -78,12 +78,16 @@ void plumb_model_free(plumb_model *m) {
             plumb_dealloc((void *)m->layers[l].ffn_norm.data);
             const plumb_layer *L = &m->layers[l];
             const plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
-            for (int i = 0; i < 7; i++) plumb_dealloc((void *)ws[i]->packed);
+            for (int i = 0; i < 7; i++) {
+                plumb_matrix_free_mirrors((plumb_matrix *)ws[i]);
+                plumb_dealloc((void *)ws[i]->packed);
+            }
             for (int i = 7; i < 10; i++) plumb_dealloc((void *)ws[i]->data);
         }
     }
     free(m->layers);
     plumb_dealloc((void *)m->output_norm.data);
+    plumb_matrix_free_mirrors(&m->output);
     plumb_dealloc((void *)m->output.packed);
     gguf_close(m->file);
     free(m->path);
@@ -195,6 +199,33 @@ static void gpu_setup(plumb_ctx *c) {
              c->gpu_head ? " and the output head" : "", (double)c->gpu->peak_bytes(c->gpu_handle) / (1 << 30), plumb_time_s() - t0);
 }
 
+/* --numa mirror: a copy of every repacked matrix per NUMA node, each bound
+ * to its node, and every thread told which copy is its node's. The copies
+ * belong to the model (made once, freed with it). PLUMB_NUMA_MIRROR_COPIES=N
+ * forces N copies with thread i reading copy i % N, so a one-node machine
+ * can check that every thread's reads of its own copy give the same answer. */
+static int bind_copy(void *addr, size_t len, int copy) { return plumb_bind_to_node(addr, len, copy); }
+
+static int mirror_weights(plumb_model *m, const plumb_placement *pl) {
+    const char *force = getenv("PLUMB_NUMA_MIRROR_COPIES");
+    const int copies = force ? atoi(force) : pl->n_nodes;
+    if (copies < 2) return 0;
+    if (copies > PLUMB_MAX_MIRRORS) return plumb_set_error("--numa mirror: %d copies, at most %d", copies, PLUMB_MAX_MIRRORS);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        plumb_layer *L = &m->layers[l];
+        plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (plumb_matrix_mirror(ws[i], copies, force ? NULL : bind_copy)) return -1;
+    }
+    if (plumb_matrix_mirror(&m->output, copies, force ? NULL : bind_copy)) return -1;
+#pragma omp parallel num_threads(pl->n_threads)
+    {
+        const int i = omp_get_thread_num();
+        plumb_matmul_set_thread_copy(force ? i % copies : (pl->node[i] >= 0 && pl->node[i] < copies ? pl->node[i] : 0));
+    }
+    return 0;
+}
+
 plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     const plumb_hparams *hp = &m->hp;
     if (m->vocab_only) {
@@ -221,7 +252,8 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
      * NUMA plan asks for it */
     if (c->p.numa && strcmp(c->p.numa, "off")) {
         plumb_placement pl;
-        if (plumb_topology_plan(NULL, c->p.numa, c->p.n_threads, &pl) || plumb_topology_apply(&pl)) {
+        if (plumb_topology_plan(NULL, c->p.numa, c->p.n_threads, &pl) || plumb_topology_apply(&pl) ||
+            (!strcmp(c->p.numa, "mirror") && mirror_weights(m, &pl))) {
             free(c);
             return NULL;
         }

@@ -35,8 +35,9 @@ static hwloc_bitmap_t allowed_set(hwloc_topology_t t, const char *synthetic) {
 int plumb_topology_plan(const char *synthetic, const char *mode, int requested, plumb_placement *out) {
     memset(out, 0, sizeof *out);
     if (!mode) mode = "off";
-    if (strcmp(mode, "off") && strcmp(mode, "distribute") && strcmp(mode, "isolate"))
-        return plumb_set_error("unknown --numa mode '%s' (off, distribute, isolate)", mode);
+    if (strcmp(mode, "off") && strcmp(mode, "distribute") && strcmp(mode, "isolate") && strcmp(mode, "mirror"))
+        return plumb_set_error("unknown --numa mode '%s' (off, distribute, isolate, mirror)", mode);
+    const int spread = !strcmp(mode, "distribute") || !strcmp(mode, "mirror"); /* mirror places threads as distribute */
     snprintf(out->mode, sizeof out->mode, "%s", mode);
     hwloc_topology_t t;
     if (load(&t, synthetic)) return -1;
@@ -88,7 +89,7 @@ int plumb_topology_plan(const char *synthetic, const char *mode, int requested, 
     /* with fewer threads than cores under distribute, spread them evenly
      * over the nodes, then keep node order */
     int pick[PLUMB_MAX_THREADS];
-    if (!strcmp(mode, "distribute") && n < n_use && out->n_nodes > 1) {
+    if (spread && n < n_use && out->n_nodes > 1) {
         int taken[PLUMB_MAX_NODES] = {0}, k = 0;
         for (int round = 0; k < n; round++)
             for (int nd = 0; nd < PLUMB_MAX_NODES && k < n; nd++) {
@@ -134,6 +135,17 @@ int plumb_topology_apply(const plumb_placement *p) {
     return failed ? plumb_set_error("could not pin %d threads", failed) : 0;
 }
 
+int plumb_bind_to_node(void *addr, size_t len, int node) {
+    hwloc_topology_t t;
+    if (load(&t, NULL)) return -1;
+    hwloc_obj_t obj = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)node);
+    int rc = -1;
+    if (obj && hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE) > 1)
+        rc = hwloc_set_area_membind(t, addr, len, obj->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) == 0 ? 0 : -1;
+    hwloc_topology_destroy(t);
+    return rc;
+}
+
 int plumb_physical_cores(void) {
     static int cached;
     if (cached) return cached;
@@ -152,8 +164,8 @@ void plumb_topology_describe(const char *synthetic, char *buf, size_t n) {
     }
     len += (size_t)snprintf(buf + len, n - len, "topology (%s): %d package(s), %d NUMA node(s), %d physical cores, %d PUs usable\n",
                             synthetic ? synthetic : "this machine", p.packages, p.n_nodes, p.cores, p.pus);
-    const char *modes[] = {"off", "distribute", "isolate"};
-    for (int m = 0; m < 3 && len < n; m++) {
+    const char *modes[] = {"off", "distribute", "isolate", "mirror"};
+    for (int m = 0; m < 4 && len < n; m++) {
         if (plumb_topology_plan(synthetic, modes[m], 0, &p)) continue;
         len += (size_t)snprintf(buf + len, n - len, "  --numa %-10s %d threads", modes[m], p.n_threads);
         if (strcmp(modes[m], "off")) {
@@ -163,6 +175,7 @@ void plumb_topology_describe(const char *synthetic, char *buf, size_t n) {
             len += (size_t)snprintf(buf + len, n - len, ", pinned to PUs");
             for (int i = 0; i < p.n_threads && i < 16 && len < n; i++) len += (size_t)snprintf(buf + len, n - len, " %d", p.pu[i]);
             if (p.n_threads > 16) len += (size_t)snprintf(buf + len, n - len, " ...");
+            if (!strcmp(modes[m], "mirror")) len += (size_t)snprintf(buf + len, n - len, "; %d weight copies", p.n_nodes > 1 ? p.n_nodes : 1);
         } else {
             len += (size_t)snprintf(buf + len, n - len, " (one per physical core, not pinned)");
         }

@@ -8,6 +8,9 @@
  *               repacked weights are written by the same split (first
  *               touch), each node's threads read memory that node holds
  *   isolate     only the cores of one node (the one the process starts on)
+ *   mirror      threads as distribute, and every repacked weight matrix
+ *               copied once per node into that node's memory; each thread
+ *               reads its own node's copy (memory x nodes, no remote reads)
  * The plan is a pure function of a topology, so tests run it on synthetic
  * ones (e.g. "pack:2 numa:2 core:8 pu:2"). */
 #ifndef PLUMB_TOPOLOGY_H
@@ -34,6 +37,10 @@ typedef struct {
 int plumb_topology_plan(const char *synthetic, const char *mode, int requested, plumb_placement *out);
 /* Pins the OpenMP threads as planned (and sets their number). */
 int plumb_topology_apply(const plumb_placement *p);
+/* Binds the pages of [addr, addr+len) to NUMA node `node` (logical index)
+ * before they are first touched; 0, or -1 where the OS or a single-node
+ * machine will not (the memory then stays wherever the OS puts it). */
+int plumb_bind_to_node(void *addr, size_t len, int node);
 /* Physical cores this process may use (1 if unknown). */
 int plumb_physical_cores(void);
 /* Human-readable description of the topology and the plans. */

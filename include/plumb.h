@@ -99,7 +99,7 @@ typedef struct {
                         0: quantize activations to int8 and use integer dot products */
     int n_seq_max;   /* sequences that can be open at once (0 = 1) */
     int n_gpu_layers; /* layers run by the CUDA plugin (the last ones); -1 = all, with the output head */
-    const char *numa; /* thread placement: NULL/"off", "distribute", "isolate" (see core/topology.h) */
+    const char *numa; /* thread placement: NULL/"off", "distribute", "isolate", "mirror" (see core/topology.h) */
 } plumb_ctx_params;
 
 plumb_ctx_params plumb_ctx_default_params(void);

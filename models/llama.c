@@ -69,7 +69,7 @@ static int bind(plumb_model *m, plumb_matrix *w, const char *name, int64_t cols,
                                (long long)cols, (long long)rows);
     const plumb_type_traits *tr = plumb_type_get(t->type);
     if (!tr->runnable) return plumb_set_error("tensor '%s' has type %s, which plumb does not run", name, tr->name);
-    *w = (plumb_matrix){t->type, rows, cols, (size_t)plumb_type_row_bytes(t->type, (uint64_t)cols), t->data, t->name, NULL};
+    *w = (plumb_matrix){t->type, rows, cols, (size_t)plumb_type_row_bytes(t->type, (uint64_t)cols), t->data, t->name, NULL, 0, {NULL}};
     return 0;
 }
 
@@ -80,7 +80,7 @@ static int bind_vector(plumb_model *m, plumb_matrix *w, const char *name, int64_
     float *f = plumb_alloc((size_t)n * sizeof(float), name);
     if (!f) return -1;
     plumb_matrix_row_f32(w, 0, f);
-    *w = (plumb_matrix){PLUMB_TYPE_F32, 1, n, (size_t)n * 4, f, w->name, NULL};
+    *w = (plumb_matrix){PLUMB_TYPE_F32, 1, n, (size_t)n * 4, f, w->name, NULL, 0, {NULL}};
     return 0;
 }
 

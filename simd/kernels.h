@@ -11,6 +11,8 @@
 
 #include "../quant/quant.h"
 
+#define PLUMB_MAX_MIRRORS 8 /* --numa mirror: weight copies at most (one per NUMA node) */
+
 /* A 2-D view of a GGUF tensor: rows of `cols` elements, each row_bytes long. */
 typedef struct {
     uint32_t type;
@@ -19,6 +21,10 @@ typedef struct {
     const void *data;
     const char *name;
     const void *packed; /* 8-row repacked copy (rows % 8 == 0), or NULL */
+    /* --numa mirror: copies of `packed`, one per NUMA node (mirror[0] is
+     * packed itself); a thread reads mirror[its copy index] */
+    int n_mirror;
+    const void *mirror[PLUMB_MAX_MIRRORS];
 } plumb_matrix;
 
 typedef float (*plumb_dot_fn)(int n, const void *w_row, const void *act);
@@ -74,6 +80,14 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
  * it (allocated, accounted; free with plumb_dealloc(W->packed)). Returns 0
  * also when nothing was done. */
 int plumb_matrix_repack(plumb_matrix *W);
+
+/* --numa mirror: gives W's repacked copy `copies` copies in all (each bound
+ * to node i before it is written: node_of(i) may return -1 for "no
+ * binding"); freed with plumb_matrix_free_mirrors. 0, or -1 out of memory. */
+int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *addr, size_t len, int copy));
+void plumb_matrix_free_mirrors(plumb_matrix *W);
+/* Which copy the calling thread reads (set once per OpenMP thread). */
+void plumb_matmul_set_thread_copy(int copy);
 
 /* Several matrices applied to the same input (q/k/v, gate/up): y[i] = x W[i]^T.
  * For a single token over repacked weights this is one parallel loop over

@@ -184,6 +184,40 @@ static void blas_matmul(const plumb_matrix *W, const float *x, int n_tok, float 
     free(chunk);
 }
 
+/* --numa mirror: each OpenMP thread reads the copy of its NUMA node. The
+ * pool's threads persist, so a thread-local index set once holds. */
+static __thread int thread_copy;
+void plumb_matmul_set_thread_copy(int copy) { thread_copy = copy; }
+
+static inline const uint8_t *packed_for_thread(const plumb_matrix *W) {
+    return (const uint8_t *)(W->n_mirror > 1 && thread_copy < W->n_mirror ? W->mirror[thread_copy] : W->packed);
+}
+
+int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *addr, size_t len, int copy)) {
+    if (!W->packed || W->n_mirror || copies < 2) return 0;
+    if (copies > PLUMB_MAX_MIRRORS) copies = PLUMB_MAX_MIRRORS;
+    const size_t bytes = (size_t)W->rows * W->row_bytes;
+    W->mirror[0] = W->packed;
+    for (int i = 1; i < copies; i++) {
+        uint8_t *p = plumb_alloc(bytes, "mirrored weights");
+        if (!p) {
+            W->n_mirror = i;
+            plumb_matrix_free_mirrors(W);
+            return -1;
+        }
+        if (bind) bind(p, bytes, i); /* before the first touch */
+        memcpy(p, W->packed, bytes);
+        W->mirror[i] = p;
+    }
+    W->n_mirror = copies;
+    return 0;
+}
+
+void plumb_matrix_free_mirrors(plumb_matrix *W) {
+    for (int i = 1; i < W->n_mirror; i++) plumb_dealloc((void *)W->mirror[i]);
+    W->n_mirror = 0;
+}
+
 /* Rows are split into contiguous ranges, one per thread; for each row the
  * weights are read once and applied to every token of the batch, so a
  * prefill batch costs one pass over the weights. */
@@ -214,7 +248,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             /* pairs of groups: 16 rows x 4 tokens per kernel call */
 #pragma omp parallel for schedule(static)
             for (int64_t g = 0; g < rows / 8; g += 2) {
-                const uint8_t *w0 = (const uint8_t *)W->packed + (size_t)g * group_bytes, *w1 = w0 + group_bytes;
+                const uint8_t *w0 = packed_for_thread(W) + (size_t)g * group_bytes, *w1 = w0 + group_bytes;
                 int t0 = 0;
                 for (; t0 + 4 <= n_tok; t0 += 4) {
                     float out[4][16];
@@ -236,7 +270,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
         }
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < rows / 8; g++) {
-            const uint8_t *wg = (const uint8_t *)W->packed + (size_t)g * group_bytes;
+            const uint8_t *wg = packed_for_thread(W) + (size_t)g * group_bytes;
             if (n_tok == 1 || !gemm8) {
                 for (int t = 0; t < n_tok; t++) {
                     float out[8];
@@ -346,7 +380,7 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
         int i = 0;
         while (g >= first[i + 1]) i++;
         const int64_t gi = g - first[i];
-        const uint8_t *wg = (const uint8_t *)W[i]->packed + (size_t)gi * 8 * W[i]->row_bytes;
+        const uint8_t *wg = packed_for_thread(W[i]) + (size_t)gi * 8 * W[i]->row_bytes;
         dot8((int)W[i]->cols, wg, act_buf, y[i] + 8 * gi);
     }
 }

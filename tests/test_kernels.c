@@ -52,7 +52,7 @@ Test(kernels, matmul_driver) {
         kc_random(x, n_tok * cols, &rng, 1.0f);
         for (int r = 0; r < rows; r++) t->from_float(wf + r * cols, w + r * rb, cols);
         for (int r = 0; r < rows; r++) t->to_float(w + r * rb, wf + r * cols, cols);
-        plumb_matrix m = {types[ti], rows, cols, rb, w, "w", NULL};
+        plumb_matrix m = {types[ti], rows, cols, rb, w, "w", NULL, 0, {NULL}};
         void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, n_tok) + 1);
         plumb_matmul(&m, x, n_tok, y, act, 0);
         plumb_matmul(&m, x, n_tok, ye, act, 1);
@@ -88,7 +88,7 @@ Test(kernels, matmul_n_equals_separate) {
         for (int i = 0; i < 3; i++) {
             w[i] = malloc(rb * (size_t)rows[i]);
             for (int r = 0; r < rows[i]; r++) { kc_random(row, cols, &rng, 0.1f); t->from_float(row, w[i] + (size_t)r * rb, cols); }
-            m[i] = (plumb_matrix){types[ti], rows[i], cols, rb, w[i], "m", NULL};
+            m[i] = (plumb_matrix){types[ti], rows[i], cols, rb, w[i], "m", NULL, 0, {NULL}};
             plumb_matrix_repack(&m[i]);
             ya[i] = calloc((size_t)rows[i], sizeof(float));
             yb[i] = calloc((size_t)rows[i], sizeof(float));

@@ -42,6 +42,18 @@ Test(topology, distribute_spreads_fewer_threads_over_all_nodes) {
     for (int i = 1; i < 6; i++) cr_expect_geq(p.node[i], p.node[i - 1], "node order kept");
 }
 
+Test(topology, mirror_places_threads_as_distribute) {
+    plumb_placement d, m;
+    cr_assert_eq(plumb_topology_plan(BIG, "distribute", 6, &d), 0);
+    cr_assert_eq(plumb_topology_plan(BIG, "mirror", 6, &m), 0, "%s", plumb_last_error());
+    cr_expect_eq(m.n_threads, d.n_threads);
+    cr_expect_eq(m.n_nodes, 4, "one weight copy per node");
+    for (int i = 0; i < m.n_threads; i++) {
+        cr_expect_eq(m.pu[i], d.pu[i]);
+        cr_expect_eq(m.node[i], d.node[i]);
+    }
+}
+
 Test(topology, isolate_stays_on_one_node) {
     plumb_placement p;
     cr_assert_eq(plumb_topology_plan(BIG, "isolate", 0, &p), 0);
