@@ -185,7 +185,8 @@ static void kc_check_dot4t(const plumb_kernels *k, uint32_t type, kc_result *r) 
         const void *acts[4];
         for (int tk = 0; tk < 4; tk++) {
             kc_random(x + (size_t)tk * n, n, &rng, 1);
-            plumb_kernels_scalar()->quantize_q8K(x + (size_t)tk * n, (void *)(a + ab * tk), n);
+            if (t->act == PLUMB_ACT_Q8) plumb_kernels_scalar()->quantize_q8a(x + (size_t)tk * n, (void *)(a + ab * tk), n);
+            else plumb_kernels_scalar()->quantize_q8K(x + (size_t)tk * n, (void *)(a + ab * tk), n);
             acts[tk] = a + ab * tk;
         }
         float got[4];
