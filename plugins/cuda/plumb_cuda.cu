@@ -108,6 +108,7 @@ struct handle {
     graph_slot graphs[GRAPH_SLOTS];
     unsigned long clock;
     int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
+    cudaError_t launch_err;      // first failed launch of the step
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
@@ -694,7 +695,8 @@ static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t 
     cfg.stream = h->stream;
     cfg.attrs = attr;
     cfg.numAttrs = h->pdl && h->step_n <= MATVEC_MAX_N ? 1 : 0; /* measured: helps decode, not batches */
-    cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
+    if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e; /* reported by run_layers */
 }
 
 static void *dev_alloc(handle *h, size_t bytes, char *err, size_t err_len, const char *what) {
@@ -1084,6 +1086,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
 // The step's kernels, all on h->stream, reading inputs already on the device.
 static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
     h->step_n = n;
+    h->launch_err = cudaSuccess;
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
@@ -1111,6 +1114,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, si
         if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = h->launch_err;
     if (e != cudaSuccess) {
         snprintf(err, err_len, "layer kernels: %s", cudaGetErrorString(e));
         return -1;
