@@ -8,11 +8,13 @@
 #          chunk sizes that take every product kernel (8 tokens: matrix-vector;
 #          12/24/40/64: the tensor-core GEMM with 1, 2 and 4 token tiles)
 #   tiny   TinyLlama-1.1B shape Q4_0: -ngl all at batch 1/8/64
-#   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64, and -ngl 16
-#   ab     the same 7B file without programmatic dependent launch, without CUDA
-#          graphs, and through $AB_PLUGIN (an older plugin) in the same binary, at batch 1 and 64
+#   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64
+#   ab     the same 7B file with the earlier split-K policy (batch 64), and unless
+#          AB_SWITCHES=0 without programmatic dependent launch and without CUDA graphs;
+#          with AB_PLUGIN=path, through that (older) plugin in the same binary
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
+#   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
 set -u
