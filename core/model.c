@@ -76,13 +76,16 @@ void plumb_model_free(plumb_model *m) {
         for (int l = 0; l < m->hp.n_layer; l++) {
             plumb_dealloc((void *)m->layers[l].attn_norm.data);
             plumb_dealloc((void *)m->layers[l].ffn_norm.data);
-            const plumb_layer *L = &m->layers[l];
-            const plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->bq, &L->bk, &L->bv};
-            for (int i = 0; i < 7; i++) {
-                plumb_matrix_free_mirrors((plumb_matrix *)ws[i]);
+            plumb_layer *L = &m->layers[l];
+            plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+            plumb_layer_matrices(L, ws);
+            for (int i = 0; i < PLUMB_LAYER_MATRICES; i++) {
+                plumb_matrix_free_mirrors(ws[i]);
                 plumb_dealloc((void *)ws[i]->packed);
             }
-            for (int i = 7; i < 10; i++) plumb_dealloc((void *)ws[i]->data);
+            plumb_dealloc((void *)L->bq.data);
+            plumb_dealloc((void *)L->bk.data);
+            plumb_dealloc((void *)L->bv.data);
         }
     }
     free(m->layers);
@@ -126,9 +129,9 @@ uint64_t plumb_model_bytes_per_token(const plumb_model *m) {
 const char *plumb_model_weight_type(const plumb_model *m) {
     uint64_t by_type[PLUMB_TYPE_COUNT] = {0};
     for (int l = 0; l < m->hp.n_layer; l++) {
-        const plumb_matrix *ws[] = {&m->layers[l].wq, &m->layers[l].wk, &m->layers[l].wv, &m->layers[l].wo,
-                                    &m->layers[l].w_gate, &m->layers[l].w_up, &m->layers[l].w_down};
-        for (int i = 0; i < 7; i++) by_type[ws[i]->type] += matrix_bytes(ws[i]);
+        plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+        plumb_layer_matrices(&m->layers[l], ws);
+        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++) by_type[ws[i]->type] += matrix_bytes(ws[i]);
     }
     int best = 0;
     for (int t = 1; t < PLUMB_TYPE_COUNT; t++)
@@ -212,9 +215,9 @@ static int mirror_weights(plumb_model *m, const plumb_placement *pl) {
     if (copies < 2) return 0;
     if (copies > PLUMB_MAX_MIRRORS) return plumb_set_error("--numa mirror: %d copies, at most %d", copies, PLUMB_MAX_MIRRORS);
     for (int l = 0; l < m->hp.n_layer; l++) {
-        plumb_layer *L = &m->layers[l];
-        plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
+        plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+        plumb_layer_matrices(&m->layers[l], ws);
+        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++)
             if (plumb_matrix_mirror(ws[i], copies, force ? NULL : bind_copy)) return -1;
     }
     if (plumb_matrix_mirror(&m->output, copies, force ? NULL : bind_copy)) return -1;
@@ -285,9 +288,9 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     /* activation scratch: enough for the widest matrix input at full batch */
     size_t act = 0;
     for (int l = 0; l < hp->n_layer; l++) {
-        const plumb_layer *L = &m->layers[l];
-        const plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) {
+        plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+        plumb_layer_matrices(&m->layers[l], ws);
+        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++) {
             size_t b = plumb_matmul_act_bytes(ws[i]->type, ws[i]->cols, c->n_batch);
             if (b > act) act = b;
         }

@@ -50,6 +50,15 @@ typedef struct {
     plumb_matrix w_gate, w_up, w_down;      /* [n_embd -> n_ff], [n_ff -> n_embd] */
 } plumb_layer;
 
+/* A layer's seven weight matrices, in one fixed order: loading (repacking),
+ * --numa mirror, scratch sizing, statistics and freeing all walk this list. */
+#define PLUMB_LAYER_MATRICES 7
+static inline void plumb_layer_matrices(const plumb_layer *L, plumb_matrix *out[PLUMB_LAYER_MATRICES]) {
+    plumb_layer *l = (plumb_layer *)L;
+    plumb_matrix *ws[PLUMB_LAYER_MATRICES] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    for (int i = 0; i < PLUMB_LAYER_MATRICES; i++) out[i] = ws[i];
+}
+
 struct plumb_model {
     gguf_file *file;
     char *path;

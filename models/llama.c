@@ -90,9 +90,9 @@ static int repack_matrices(plumb_model *m) {
     const char *env = getenv("PLUMB_REPACK");
     if (env && !strcmp(env, "0")) return 0;
     for (int l = 0; l < m->hp.n_layer; l++) {
-        plumb_layer *L = &m->layers[l];
-        plumb_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++)
+        plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+        plumb_layer_matrices(&m->layers[l], ws);
+        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++)
             if (plumb_matrix_repack(ws[i])) return -1;
     }
     return plumb_matrix_repack(&m->output);
