@@ -207,20 +207,24 @@ static void gpu_setup(plumb_ctx *c) {
  * belong to the model (made once, freed with it). PLUMB_NUMA_MIRROR_COPIES=N
  * forces N copies with thread i reading copy i % N, so a one-node machine
  * can check that every thread's reads of its own copy give the same answer. */
-static int bind_copy(void *addr, size_t len, int copy) { return plumb_bind_to_node(addr, len, copy); }
+static int bind_copy(void *numa, void *addr, size_t len, int copy) { return plumb_numa_bind(numa, addr, len, copy); }
 
 static int mirror_weights(plumb_model *m, const plumb_placement *pl) {
     const char *force = getenv("PLUMB_NUMA_MIRROR_COPIES");
     const int copies = force ? atoi(force) : pl->n_nodes;
     if (copies < 2) return 0;
     if (copies > PLUMB_MAX_MIRRORS) return plumb_set_error("--numa mirror: %d copies, at most %d", copies, PLUMB_MAX_MIRRORS);
-    for (int l = 0; l < m->hp.n_layer; l++) {
+    plumb_numa *numa = force ? NULL : plumb_numa_open(); /* forced copies are not bound */
+    if (!force && !numa) return -1;
+    int rc = 0;
+    for (int l = 0; l < m->hp.n_layer && !rc; l++) {
         plumb_matrix *ws[PLUMB_LAYER_MATRICES];
         plumb_layer_matrices(&m->layers[l], ws);
-        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++)
-            if (plumb_matrix_mirror(ws[i], copies, force ? NULL : bind_copy)) return -1;
+        for (int i = 0; i < PLUMB_LAYER_MATRICES && !rc; i++) rc = plumb_matrix_mirror(ws[i], copies, numa ? bind_copy : NULL, numa);
     }
-    if (plumb_matrix_mirror(&m->output, copies, force ? NULL : bind_copy)) return -1;
+    if (!rc) rc = plumb_matrix_mirror(&m->output, copies, numa ? bind_copy : NULL, numa);
+    plumb_numa_close(numa);
+    if (rc) return -1;
 #pragma omp parallel num_threads(pl->n_threads)
     {
         const int i = omp_get_thread_num();

@@ -4,6 +4,7 @@
 #include <hwloc.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -135,15 +136,28 @@ int plumb_topology_apply(const plumb_placement *p) {
     return failed ? plumb_set_error("could not pin %d threads", failed) : 0;
 }
 
-int plumb_bind_to_node(void *addr, size_t len, int node) {
+struct plumb_numa {
     hwloc_topology_t t;
-    if (load(&t, NULL)) return -1;
-    hwloc_obj_t obj = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)node);
-    int rc = -1;
-    if (obj && hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE) > 1)
-        rc = hwloc_set_area_membind(t, addr, len, obj->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) == 0 ? 0 : -1;
-    hwloc_topology_destroy(t);
-    return rc;
+    int n_nodes;
+};
+
+plumb_numa *plumb_numa_open(void) {
+    plumb_numa *n = calloc(1, sizeof *n);
+    if (!n) { plumb_set_error("out of memory"); return NULL; }
+    if (load(&n->t, NULL)) { free(n); return NULL; }
+    n->n_nodes = hwloc_get_nbobjs_by_type(n->t, HWLOC_OBJ_NUMANODE);
+    return n;
+}
+
+int plumb_numa_bind(plumb_numa *n, void *addr, size_t len, int node) {
+    hwloc_obj_t obj = n->n_nodes > 1 ? hwloc_get_obj_by_type(n->t, HWLOC_OBJ_NUMANODE, (unsigned)node) : NULL;
+    return obj && hwloc_set_area_membind(n->t, addr, len, obj->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) == 0 ? 0 : -1;
+}
+
+void plumb_numa_close(plumb_numa *n) {
+    if (!n) return;
+    hwloc_topology_destroy(n->t);
+    free(n);
 }
 
 int plumb_physical_cores(void) {

@@ -37,10 +37,14 @@ typedef struct {
 int plumb_topology_plan(const char *synthetic, const char *mode, int requested, plumb_placement *out);
 /* Pins the OpenMP threads as planned (and sets their number). */
 int plumb_topology_apply(const plumb_placement *p);
-/* Binds the pages of [addr, addr+len) to NUMA node `node` (logical index)
- * before they are first touched; 0, or -1 where the OS or a single-node
- * machine will not (the memory then stays wherever the OS puts it). */
-int plumb_bind_to_node(void *addr, size_t len, int node);
+/* Binding memory to NUMA nodes: open the machine's topology once, bind the
+ * pages of [addr, addr+len) to node `node` (logical index) before they are
+ * first touched (0, or -1 where the OS or a one-node machine will not: the
+ * memory then stays wherever the OS puts it), close. */
+typedef struct plumb_numa plumb_numa;
+plumb_numa *plumb_numa_open(void); /* NULL with an error */
+int plumb_numa_bind(plumb_numa *n, void *addr, size_t len, int node);
+void plumb_numa_close(plumb_numa *n);
 /* Physical cores this process may use (1 if unknown). */
 int plumb_physical_cores(void);
 /* Human-readable description of the topology and the plans. */

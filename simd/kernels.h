@@ -81,10 +81,10 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
  * also when nothing was done. */
 int plumb_matrix_repack(plumb_matrix *W);
 
-/* --numa mirror: gives W's repacked copy `copies` copies in all (each bound
- * to node i before it is written: node_of(i) may return -1 for "no
- * binding"); freed with plumb_matrix_free_mirrors. 0, or -1 out of memory. */
-int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *addr, size_t len, int copy));
+/* --numa mirror: gives W's repacked copy `copies` copies in all, copy i
+ * handed to bind(ctx, addr, len, i) before it is written (bind may be NULL);
+ * freed with plumb_matrix_free_mirrors. 0, or -1 out of memory. */
+int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *ctx, void *addr, size_t len, int copy), void *ctx);
 void plumb_matrix_free_mirrors(plumb_matrix *W);
 /* Which copy the calling thread reads (set once per OpenMP thread). */
 void plumb_matmul_set_thread_copy(int copy);

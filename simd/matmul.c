@@ -193,7 +193,7 @@ static inline const uint8_t *packed_for_thread(const plumb_matrix *W) {
     return (const uint8_t *)(W->n_mirror > 1 && thread_copy < W->n_mirror ? W->mirror[thread_copy] : W->packed);
 }
 
-int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *addr, size_t len, int copy)) {
+int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *ctx, void *addr, size_t len, int copy), void *ctx) {
     if (!W->packed || W->n_mirror || copies < 2) return 0;
     if (copies > PLUMB_MAX_MIRRORS) copies = PLUMB_MAX_MIRRORS;
     const size_t bytes = (size_t)W->rows * W->row_bytes;
@@ -205,7 +205,7 @@ int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *addr, siz
             plumb_matrix_free_mirrors(W);
             return -1;
         }
-        if (bind) bind(p, bytes, i); /* before the first touch */
+        if (bind) bind(ctx, p, bytes, i); /* before the first touch */
         memcpy(p, W->packed, bytes);
         W->mirror[i] = p;
     }
