@@ -79,7 +79,7 @@ struct dlayer {
 };
 
 struct graph_slot {
-    int n, n_out, used;
+    int n, n_out, max_blocks, used; // the step's shape: what its kernels' arguments depend on
     unsigned long stamp;
     cudaGraphExec_t exec;
 };
@@ -1130,7 +1130,7 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, ch
     graph_slot *victim = &h->graphs[0];
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         graph_slot *s = &h->graphs[i];
-        if (s->used && s->n == n && s->n_out == n_out) { s->stamp = ++h->clock; return s->exec; }
+        if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks) { s->stamp = ++h->clock; return s->exec; }
         if (!s->used || (victim->used && s->stamp < victim->stamp)) victim = s;
     }
     cudaGraph_t g = NULL;
@@ -1151,6 +1151,7 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, ch
     if (victim->used) cudaGraphExecDestroy(victim->exec);
     victim->n = n;
     victim->n_out = n_out;
+    victim->max_blocks = max_blocks;
     victim->used = 1;
     victim->stamp = ++h->clock;
     victim->exec = exec;
@@ -1168,7 +1169,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     int n_out = 0, failed = 0;
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
-    if ((size_t)d->n_seq_max * b->max_blocks_per_seq > (size_t)d->n_seq_max * d->n_kv_blocks) {
+    if (b->max_blocks_per_seq > d->n_kv_blocks) {
         snprintf(err, err_len, "block table wider than the plugin's (%d > %d)", b->max_blocks_per_seq, d->n_kv_blocks);
         return -1;
     }
