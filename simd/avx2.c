@@ -206,6 +206,67 @@ T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, con
     _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
 }
 
+/* One token, one repacked 8-row group, with 512-bit registers: each load
+ * takes two 32-byte steps of the group (rows 0-7 at step s in the low half,
+ * at step s + 1 in the high half), and one vpermd gives each half its own
+ * 4 activation bytes, so a block is half the instructions of dot8_q4_0_vnni.
+ * At one thread the 256-bit kernel is compute bound (it streams ~75% of what
+ * it reaches on cache-resident weights), so this is what moves decode. The
+ * halves are summed once per block, then it is the 256-bit kernel's tail. */
+T512 static inline __m512i act_pair_idx(int a, int b) { /* dword lanes 0-7 <- a, 8-15 <- b */
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
+}
+
+T512 static inline __m256i sum_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+T512 static void dot8_q4_0_avx512(int n, const void *wv, const void *av, float *out) {
+    const uint8_t *w = wv;
+    const block_q8a *a = av;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / 32; b++, w += 16 + 8 * 16) {
+        _mm_prefetch((const char *)w + 2048, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + 2048 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + 2048 + 128, _MM_HINT_T0);
+        /* activation dwords 0-3 pair with the low nibbles of steps 0-3, dwords 4-7 with the high ones */
+        const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
+        const __m512i x01 = _mm512_loadu_si512((const void *)(w + 16)), x23 = _mm512_loadu_si512((const void *)(w + 16 + 64));
+        __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x01, m4), _mm512_permutexvar_epi32(p01, act));
+        __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x23, m4), _mm512_permutexvar_epi32(p23, act));
+        i0 = _mm512_dpbusd_epi32(i0, _mm512_and_si512(_mm512_srli_epi16(x01, 4), m4), _mm512_permutexvar_epi32(p45, act));
+        i1 = _mm512_dpbusd_epi32(i1, _mm512_and_si512(_mm512_srli_epi16(x23, 4), m4), _mm512_permutexvar_epi32(p67, act));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), _mm256_set1_ps(a[b].d), _mm256_set1_ps(8.0f * a[b].s));
+        acc = _mm256_fmadd_ps(dw, t, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+/* Q8_0 the same way: four 64-byte loads a block, |w| times the activations
+ * carrying w's signs (vpdpbusd multiplies unsigned by signed bytes). */
+T512 static void dot8_q8_0_avx512(int n, const void *wv, const void *av, float *out) {
+    const uint8_t *w = wv;
+    const block_q8a *a = av;
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / 32; b++, w += 16 + 8 * 32) {
+        for (int l = 0; l < 272; l += 64) _mm_prefetch((const char *)w + 2048 + l, _MM_HINT_T0);
+        const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
+        __m512i i0 = zero, i1 = zero;
+        for (int s = 0; s < 4; s += 2) {
+            const __m512i x0 = _mm512_loadu_si512((const void *)(w + 16 + 64 * s)), x1 = _mm512_loadu_si512((const void *)(w + 16 + 64 * (s + 1)));
+            const __m512i a0 = _mm512_permutexvar_epi32(idx[s], act), a1 = _mm512_permutexvar_epi32(idx[s + 1], act);
+            i0 = _mm512_dpbusd_epi32(i0, _mm512_abs_epi8(x0), _mm512_mask_sub_epi8(a0, _mm512_movepi8_mask(x0), zero, a0));
+            i1 = _mm512_dpbusd_epi32(i1, _mm512_abs_epi8(x1), _mm512_mask_sub_epi8(a1, _mm512_movepi8_mask(x1), zero, a1));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(a[b].d)), _mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
 /* Q4_K / Q5_K with 512-bit registers: two 64-value slices per step (their
  * quants are adjacent), so each instruction does twice the AVX2 kernel's
  * work; the scale of each 256-bit half comes from one vpermw. Same sums as
@@ -326,7 +387,7 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
         [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
