@@ -287,6 +287,8 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->hb = scratch(c, nb * (size_t)hp->n_ff, "ffn hidden");
     c->hb2 = scratch(c, nb * (size_t)hp->n_ff, "ffn hidden");
     c->att = scratch(c, (size_t)n_threads * (size_t)c->n_ctx, "attention scores");
+    c->kv_rows = plumb_calloc((size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *), "attention row pointers");
+    if (c->kv_rows) c->bytes += (size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *);
     c->logits = scratch(c, (size_t)hp->n_vocab, "logits");
     c->n_logits = 1;
     /* activation scratch: enough for the widest matrix input at full batch */
@@ -305,7 +307,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->act_buf = act ? plumb_alloc(act, "quantized activations") : NULL;
     c->bytes += act;
     if (!c->k_pool || !c->v_pool || !c->free_blocks || !c->seqs || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out ||
-        !c->hb || !c->hb2 || !c->att || !c->logits || (act && !c->act_buf)) {
+        !c->hb || !c->hb2 || !c->att || !c->kv_rows || !c->logits || (act && !c->act_buf)) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s (context of %d positions needs %.1f MiB of KV cache)", plumb_last_error(), c->n_ctx,
                  2.0 * (double)kv * 4 / (1 << 20));
@@ -328,6 +330,7 @@ void plumb_ctx_free(plumb_ctx *c) {
     float *bufs[] = {c->k_pool, c->v_pool, c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
+    plumb_dealloc(c->kv_rows);
     if (c->gpu_handle) c->gpu->unload(c->gpu_handle);
     free(c->block_table);
     for (int i = 0; c->seqs && i < c->n_seq_max; i++) free(c->seqs[i].blocks);

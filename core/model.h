@@ -96,6 +96,7 @@ struct plumb_ctx {
     /* scratch for a batch of up to n_batch tokens */
     int n_batch;
     float *x, *xb, *q, *k, *v, *att_out, *hb, *hb2, *att; /* see llama.c */
+    const float **kv_rows; /* per thread: 2 x n_ctx row pointers (keys, values) for attention */
     float *logits;      /* [rows][n_vocab] */
     int n_logits;       /* rows the logits buffer holds */
     int n_logits_valid; /* rows the last eval wrote */

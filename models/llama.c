@@ -164,34 +164,32 @@ static void add_bias(float *x, const plumb_matrix *b, int n_tok) {
 
 /* Causal attention for a batch: token t of sequence seq[t] at position
  * pos[t] attends to that sequence's positions 0..pos[t] through its block
- * table. Parallel over (token, head). */
+ * table. Parallel over (token, head), heads of one KV group next to each
+ * other on a thread (static schedule) so they share the cached rows. */
 static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq) {
     const plumb_hparams *hp = &c->model->hp;
     const plumb_kernels *k = plumb_kernels_active();
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int th = 0; th < n * hp->n_head; th++) {
-        const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos[t] + 1;
-        const plumb_seq *s = &c->seqs[seq[t]];
-        const float *q = c->q + (size_t)t * hp->n_embd + h * hd;
-        float *att = c->att + (size_t)omp_get_thread_num() * c->n_ctx;
-        float max = -INFINITY;
-        for (int p = 0; p < len; p++) {
-            att[p] = k->dot_f32(hd, q, kv_at(c, c->k_pool, s, l, p) + kvh * hd) * scale;
-            if (att[p] > max) max = att[p];
-        }
-        float sum = 0;
-        for (int p = 0; p < len; p++) {
-            att[p] = expf(att[p] - max);
-            sum += att[p];
-        }
-        float *out = c->att_out + (size_t)t * hp->n_embd + h * hd;
-        memset(out, 0, sizeof(float) * (size_t)hd);
-        for (int p = 0; p < len; p++) {
-            const float a = att[p] / sum, *v = kv_at(c, c->v_pool, s, l, p) + kvh * hd;
-#pragma omp simd
-            for (int i = 0; i < hd; i++) out[i] += a * v[i];
+#pragma omp parallel
+    {
+        const int me = omp_get_thread_num();
+        float *att = c->att + (size_t)me * c->n_ctx;
+        const float **krow = c->kv_rows + (size_t)me * 2 * c->n_ctx, **vrow = krow + c->n_ctx;
+        int rows_of = -1; /* (token, KV head) whose row pointers krow/vrow hold */
+#pragma omp for schedule(static)
+        for (int th = 0; th < n * hp->n_head; th++) {
+            const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos[t] + 1;
+            if (rows_of != t * hp->n_head_kv + kvh) {
+                const plumb_seq *s = &c->seqs[seq[t]];
+                for (int p = 0; p < len; p++) {
+                    krow[p] = kv_at(c, c->k_pool, s, l, p) + kvh * hd;
+                    vrow[p] = kv_at(c, c->v_pool, s, l, p) + kvh * hd;
+                }
+                rows_of = t * hp->n_head_kv + kvh;
+            }
+            /* att_out[t][h*hd ..] = softmax(q . K / sqrt(hd)) V */
+            k->attend(hd, len, c->q + (size_t)t * hp->n_embd + h * hd, krow, vrow, scale, att, c->att_out + (size_t)t * hp->n_embd + h * hd);
         }
     }
 }

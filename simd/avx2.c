@@ -5,6 +5,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "../core/util.h"
@@ -35,6 +36,70 @@ TARGET static float dot_f32(int n, const float *a, const float *b) {
 }
 
 TARGET static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
+
+/* eight sums of eight vectors: lane j of the result is the sum of s[j] */
+TARGET static inline __m256 hsum8_ps(__m256 s0, __m256 s1, __m256 s2, __m256 s3, __m256 s4, __m256 s5, __m256 s6, __m256 s7) {
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3)); /* 128-bit lanes: partial sums of s0..s3 */
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(s4, s5), _mm256_hadd_ps(s6, s7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Attention for one query head (scalar twin: scalar.c). Scores come eight
+ * positions at a time (one horizontal reduction per eight, not per
+ * position); the weighted sum of values keeps 64 output floats in eight
+ * registers across all positions. */
+TARGET static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+    int p = 0;
+    if (hd % 8 == 0)
+        for (; p + 8 <= len; p += 8) {
+            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+            const float *const *kp = k + p;
+            for (int i = 0; i < hd; i += 8) {
+                const __m256 qi = _mm256_loadu_ps(q + i);
+                s0 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[0] + i), s0);
+                s1 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[1] + i), s1);
+                s2 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[2] + i), s2);
+                s3 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[3] + i), s3);
+                s4 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[4] + i), s4);
+                s5 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[5] + i), s5);
+                s6 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[6] + i), s6);
+                s7 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[7] + i), s7);
+            }
+            _mm256_storeu_ps(att + p, _mm256_mul_ps(hsum8_ps(s0, s1, s2, s3, s4, s5, s6, s7), _mm256_set1_ps(scale)));
+        }
+    for (; p < len; p++) att[p] = dot_f32(hd, q, k[p]) * scale;
+    float max = -INFINITY, sum = 0;
+    for (p = 0; p < len; p++) max = att[p] > max ? att[p] : max;
+    for (p = 0; p < len; p++) sum += att[p] = expf(att[p] - max);
+    const float inv = 1.0f / sum;
+    int i0 = 0;
+    for (; i0 + 64 <= hd; i0 += 64) {
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0, o7 = o0;
+        for (p = 0; p < len; p++) {
+            const __m256 a = _mm256_set1_ps(att[p]);
+            const float *vp = v[p] + i0;
+            o0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp), o0);
+            o1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 8), o1);
+            o2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 16), o2);
+            o3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 24), o3);
+            o4 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 32), o4);
+            o5 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 40), o5);
+            o6 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 48), o6);
+            o7 = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 56), o7);
+        }
+        const __m256 s = _mm256_set1_ps(inv);
+        float *o = out + i0;
+        _mm256_storeu_ps(o, _mm256_mul_ps(o0, s)); _mm256_storeu_ps(o + 8, _mm256_mul_ps(o1, s));
+        _mm256_storeu_ps(o + 16, _mm256_mul_ps(o2, s)); _mm256_storeu_ps(o + 24, _mm256_mul_ps(o3, s));
+        _mm256_storeu_ps(o + 32, _mm256_mul_ps(o4, s)); _mm256_storeu_ps(o + 40, _mm256_mul_ps(o5, s));
+        _mm256_storeu_ps(o + 48, _mm256_mul_ps(o6, s)); _mm256_storeu_ps(o + 56, _mm256_mul_ps(o7, s));
+    }
+    for (int i = i0; i < hd; i++) { /* head sizes that are not a multiple of 64 */
+        float o = 0;
+        for (p = 0; p < len; p++) o += att[p] * v[p][i];
+        out[i] = o * inv;
+    }
+}
 
 TARGET static float dot_f16_w(int n, const void *wv, const void *xv) {
     const uint16_t *w = wv;
@@ -80,6 +145,7 @@ TARGET static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 static const plumb_kernels avx2 = {
     .name = "avx2",
     .dot_f32 = dot_f32,
+    .attend = attend,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
@@ -103,6 +169,7 @@ static const plumb_kernels avx2 = {
 static const plumb_kernels avx2_vnni = {
     .name = "avx2-vnni",
     .dot_f32 = dot_f32,
+    .attend = attend,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
@@ -376,6 +443,7 @@ T512 static float dot_q6_K_avx512(int n, const void *wv, const void *av) {
 static const plumb_kernels avx512_vnni = {
     .name = "avx512-vnni",
     .dot_f32 = dot_f32,
+    .attend = attend,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,

@@ -37,10 +37,16 @@ typedef void (*plumb_dot4t_fn)(int n, const void *w_row, const void *const *act,
 /* two groups (16 rows) x four tokens: out[t][0..16) */
 typedef void (*plumb_gemm16_fn)(int n, const void *w_group0, const void *w_group1, const void *const *act, float *const *out);
 
+typedef void (*plumb_attend_fn)(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                                float *out);
+
 typedef struct {
     const char *name;
-    /* plain float dot product, used by attention too */
+    /* plain float dot product */
     float (*dot_f32)(int n, const float *a, const float *b);
+    /* one query head against len cached positions: out[0..hd) = sum over p
+     * of softmax_p(scale * q . k[p]) * v[p]; att is len floats of scratch */
+    plumb_attend_fn attend;
     /* weight row (by plumb_type) x activations in the type's activation form;
      * NULL entries are types this table does not run */
     plumb_dot_fn dot[PLUMB_TYPE_COUNT];

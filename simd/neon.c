@@ -4,6 +4,7 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#include <math.h>
 
 #include "../core/util.h"
 
@@ -23,6 +24,38 @@ static float dot_f32(int n, const float *a, const float *b) {
 }
 
 static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
+
+/* Attention for one query head (scalar twin: scalar.c); the weighted sum of
+ * values keeps 16 output floats in four registers across all positions. */
+static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+    float max = -INFINITY, sum = 0;
+    for (int p = 0; p < len; p++) {
+        att[p] = dot_f32(hd, q, k[p]) * scale;
+        max = att[p] > max ? att[p] : max;
+    }
+    for (int p = 0; p < len; p++) sum += att[p] = expf(att[p] - max);
+    const float inv = 1.0f / sum;
+    int i0 = 0;
+    for (; i0 + 16 <= hd; i0 += 16) {
+        float32x4_t o0 = vdupq_n_f32(0), o1 = o0, o2 = o0, o3 = o0;
+        for (int p = 0; p < len; p++) {
+            const float *vp = v[p] + i0;
+            o0 = vfmaq_n_f32(o0, vld1q_f32(vp), att[p]);
+            o1 = vfmaq_n_f32(o1, vld1q_f32(vp + 4), att[p]);
+            o2 = vfmaq_n_f32(o2, vld1q_f32(vp + 8), att[p]);
+            o3 = vfmaq_n_f32(o3, vld1q_f32(vp + 12), att[p]);
+        }
+        vst1q_f32(out + i0, vmulq_n_f32(o0, inv));
+        vst1q_f32(out + i0 + 4, vmulq_n_f32(o1, inv));
+        vst1q_f32(out + i0 + 8, vmulq_n_f32(o2, inv));
+        vst1q_f32(out + i0 + 12, vmulq_n_f32(o3, inv));
+    }
+    for (int i = i0; i < hd; i++) {
+        float o = 0;
+        for (int p = 0; p < len; p++) o += att[p] * v[p][i];
+        out[i] = o * inv;
+    }
+}
 
 static float dot_f16_w(int n, const void *wv, const void *xv) {
     const uint16_t *w = wv;
@@ -67,6 +100,7 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 static const plumb_kernels neon = {
     .name = "neon",
     .dot_f32 = dot_f32,
+    .attend = attend,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,

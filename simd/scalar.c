@@ -1,5 +1,7 @@
 /* scalar.c — portable reference kernels. These define the right answer; the
  * SIMD tables must agree with them (tests/test_kernels.c). */
+#include <math.h>
+
 #include "../core/util.h"
 #include "kernels.h"
 
@@ -10,6 +12,19 @@ static float dot_f32(int n, const float *a, const float *b) {
 }
 
 static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
+
+static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+    float max = -INFINITY, sum = 0;
+    for (int p = 0; p < len; p++) {
+        att[p] = dot_f32(hd, q, k[p]) * scale;
+        if (att[p] > max) max = att[p];
+    }
+    for (int p = 0; p < len; p++) sum += att[p] = expf(att[p] - max);
+    for (int i = 0; i < hd; i++) out[i] = 0;
+    for (int p = 0; p < len; p++)
+        for (int i = 0; i < hd; i++) out[i] += att[p] * v[p][i];
+    for (int i = 0; i < hd; i++) out[i] /= sum;
+}
 
 static float dot_f16_w(int n, const void *wv, const void *xv) {
     const uint16_t *w = wv;
@@ -37,6 +52,7 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 static const plumb_kernels scalar = {
     .name = "scalar",
     .dot_f32 = dot_f32,
+    .attend = attend,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,

@@ -202,9 +202,41 @@ static void kc_check_dot4t(const plumb_kernels *k, uint32_t type, kc_result *r) 
     }
 }
 
+/* attention for one head against the scalar table's, on awkward head sizes
+ * and lengths (rows scattered in memory, as a paged KV cache has them) */
+static void kc_check_attend(const plumb_kernels *k, kc_result *r) {
+    const plumb_kernels *ref = plumb_kernels_scalar();
+    if (!k->attend) { kc_fail(r, "%s has no attention kernel", k->name); return; }
+    const int hds[] = {8, 12, 64, 80, 128}, lens[] = {1, 5, 8, 17, 64, 130};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 3);
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+        for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b++) {
+            const int hd = hds[a], len = lens[b];
+            float *q = malloc(sizeof(float) * (size_t)hd), *kv = malloc(sizeof(float) * (size_t)hd * (size_t)len * 4);
+            const float **kr = malloc(sizeof(float *) * (size_t)len), **vr = malloc(sizeof(float *) * (size_t)len);
+            float *att = malloc(sizeof(float) * (size_t)len), *want = malloc(sizeof(float) * (size_t)hd), *got = malloc(sizeof(float) * (size_t)hd);
+            kc_random(q, hd, &rng, 2);
+            kc_random(kv, hd * len * 4, &rng, 2);
+            for (int p = 0; p < len; p++) { /* every other slot, keys and values interleaved */
+                kr[p] = kv + (size_t)(4 * p) * hd;
+                vr[p] = kv + (size_t)(4 * p + 2) * hd;
+            }
+            const float scale = 1.0f / sqrtf((float)hd);
+            ref->attend(hd, len, q, kr, vr, scale, att, want);
+            k->attend(hd, len, q, kr, vr, scale, att, got);
+            int ok = 1;
+            for (int i = 0; i < hd; i++) ok &= fabsf(got[i] - want[i]) <= 1e-5f * 2 + 1e-5f * fabsf(want[i]);
+            if (ok) r->passed++;
+            else kc_fail(r, "%s attend hd=%d len=%d: out[0] %.7g vs reference %.7g", k->name, hd, len, got[0], want[0]);
+            free(q); free(kv); free(kr); free(vr); free(att); free(want); free(got);
+        }
+}
+
 static kc_result kernel_check_table(const plumb_kernels *k) {
     kc_result r = {0, 0};
     kc_check_f32(k, &r);
+    kc_check_attend(k, &r);
     const uint32_t types[] = {PLUMB_TYPE_F32, PLUMB_TYPE_F16, PLUMB_TYPE_BF16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0,
                               PLUMB_TYPE_Q4_1, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q5_K, PLUMB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
