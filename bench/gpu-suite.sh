@@ -12,6 +12,10 @@
 #   ab     the same 7B file with the earlier split-K policy (batch 64), and unless
 #          AB_SWITCHES=0 without programmatic dependent launch and without CUDA graphs;
 #          with AB_PLUGIN=path, through that (older) plugin in the same binary
+#   variants  kernel switches side by side on the 7B file, batch 1 and 64:
+#          PLUMB_CUDA_MV_ROWS=1|2 (decode rows per warp) and PLUMB_CUDA_GEMM_ROWS=32|16
+#          (batch GEMM rows per warp), after a correctness check of the
+#          2-row decode kernel on the synthetic TinyLlama (chunks of 8)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -84,6 +88,21 @@ ab)
             PLUMB_CUDA_PLUGIN=$AB_PLUGIN $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/ab-old"
         fi
     } 2>&1 | tee "$OUT/ab.txt" | grep -E "^\| |==|GPU path|rror"
+    ;;
+variants)
+    m=$(model tinyllama-1.1b q4_0)
+    { echo "== PLUMB_CUDA_MV_ROWS=2, synthetic TinyLlama Q4_0, chunks of 8 and 64"
+      for c in 8 64; do echo "-- -c $c"; (export PLUMB_CUDA_MV_ROWS=2; compare "$m" $c 2); done
+      echo "== PLUMB_CUDA_GEMM_ROWS=16, chunks of 40 and 64"
+      for c in 40 64; do echo "-- -c $c"; (export PLUMB_CUDA_GEMM_ROWS=16; compare "$m" $c 2); done
+    } 2>&1 | tee "$OUT/variants-check.txt"
+    m=$(model llama2-7b q4_0)
+    for v in "MV_ROWS=1 GEMM_ROWS=32" "MV_ROWS=2 GEMM_ROWS=32" "MV_ROWS=1 GEMM_ROWS=16"; do
+        tag=$(echo "$v" | tr -d ' =_' | tr 'A-Z' 'a-z')
+        echo "== $v"
+        env PLUMB_CUDA_TIMING=1 PLUMB_CUDA_${v% *} PLUMB_CUDA_${v#* } $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 \
+            --no-quality -o "$OUT/variants-$tag" 2>&1 | tee "$OUT/variants-$tag.txt" | grep -E "^\| models|rror|plumb-cuda"
+    done
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -110,11 +110,16 @@ struct handle {
     int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
     cudaError_t launch_err;      // first failed launch of the step
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
+    int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2)
+    int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32|16)
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
     cudaEvent_t ev0, ev1;
-    struct step_time { long steps; double stage, gpu, wait, copy; } *times; // [max_batch + 1]
+    // host: time from the previous decode step of the same size returning to this one starting, spent outside the plugin (sampling, bookkeeping)
+    struct step_time { long steps, follow; double stage, gpu, wait, copy, host; } *times; // [max_batch + 1]
+    double last_end;
+    int last_n;
 };
 
 #include <time.h>
@@ -250,36 +255,50 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
     }
 }
 
-// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per row. Each lane takes
-// 32-value blocks lane, lane+32, ...; the quants of up to MV_DEPTH blocks are
-// loaded before any is used, so each warp keeps several KiB in flight
-// (decode is bound by how many bytes are on their way from memory).
+// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per R rows (R = 1 or 2).
+// Each lane takes 32-value blocks lane, lane+32, ...; the quants of up to
+// MV_DEPTH blocks of each row are loaded before any is used, so each warp
+// keeps several KiB in flight (decode is bound by how many bytes are on
+// their way from memory). With R = 2 each activation block a lane loads
+// serves two rows (half the activation traffic through L1 per weight byte).
 #define MV_DEPTH 8
-template <int TYPE, int NT>
+template <int TYPE, int NT, int R>
 __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                 const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
     pdl_trigger();
-    const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= rows) return;
+    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
+    if (row0 >= rows) return;
     const int nb = k / QK;
-    const __half *dr = wd + (size_t)row * dstride;
-    int waited = 0; // the first weights are loaded before waiting for the activations
-    const uint4 *wr = (const uint4 *)(qs + (size_t)row * (TYPE == TYPE_Q4_0 ? k / 2 : k));
     constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2; // 16-byte loads per block
-    constexpr int DEPTH = TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2;
-    float acc[NT];
+    constexpr int DEPTH = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
+    const uint4 *wr[R];
+    const __half *dr[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
+    for (int i = 0; i < R; i++) { // a second row past the end reads the first again; its sum is not stored
+        const int r = row0 + i < rows ? row0 + i : row0;
+        wr[i] = (const uint4 *)(qs + (size_t)r * qrow);
+        dr[i] = wd + (size_t)r * dstride;
+    }
+    int waited = 0; // the first weights are loaded before waiting for the activations
+    float acc[R][NT];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0;
     for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
-        uint4 w[DEPTH][U];
-        float dw[DEPTH];
+        uint4 w[DEPTH][R][U];
+        float dw[DEPTH][R];
 #pragma unroll
         for (int u = 0; u < DEPTH; u++) {
             const int b = b0 + 32 * u;
             if (b < nb) {
 #pragma unroll
-                for (int v = 0; v < U; v++) w[u][v] = __ldg(wr + (size_t)b * U + v);
-                dw[u] = __half2float(dr[b]);
+                for (int i = 0; i < R; i++) {
+#pragma unroll
+                    for (int v = 0; v < U; v++) w[u][i][v] = __ldg(wr[i] + (size_t)b * U + v);
+                    dw[u][i] = __half2float(dr[i][b]);
+                }
             }
         }
         if (!waited) { pdl_wait(); waited = 1; }
@@ -287,36 +306,44 @@ __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, 
         for (int u = 0; u < DEPTH; u++) {
             const int b = b0 + 32 * u;
             if (b >= nb) break;
-            int lo[8];
-            if (TYPE == TYPE_Q4_0) {
-                const uint4 q = w[u][0];
-                lo[0] = q.x & 0x0F0F0F0F; lo[1] = q.y & 0x0F0F0F0F; lo[2] = q.z & 0x0F0F0F0F; lo[3] = q.w & 0x0F0F0F0F;
-                lo[4] = (q.x >> 4) & 0x0F0F0F0F; lo[5] = (q.y >> 4) & 0x0F0F0F0F; lo[6] = (q.z >> 4) & 0x0F0F0F0F; lo[7] = (q.w >> 4) & 0x0F0F0F0F;
-            } else {
-                const uint4 q0 = w[u][0], q1 = w[u][U - 1];
-                lo[0] = q0.x; lo[1] = q0.y; lo[2] = q0.z; lo[3] = q0.w; lo[4] = q1.x; lo[5] = q1.y; lo[6] = q1.z; lo[7] = q1.w;
+            int lo[R][8];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (TYPE == TYPE_Q4_0) {
+                    const uint4 q = w[u][i][0];
+                    lo[i][0] = q.x & 0x0F0F0F0F; lo[i][1] = q.y & 0x0F0F0F0F; lo[i][2] = q.z & 0x0F0F0F0F; lo[i][3] = q.w & 0x0F0F0F0F;
+                    lo[i][4] = (q.x >> 4) & 0x0F0F0F0F; lo[i][5] = (q.y >> 4) & 0x0F0F0F0F; lo[i][6] = (q.z >> 4) & 0x0F0F0F0F; lo[i][7] = (q.w >> 4) & 0x0F0F0F0F;
+                } else {
+                    const uint4 q0 = w[u][i][0], q1 = w[u][i][U - 1];
+                    lo[i][0] = q0.x; lo[i][1] = q0.y; lo[i][2] = q0.z; lo[i][3] = q0.w; lo[i][4] = q1.x; lo[i][5] = q1.y; lo[i][6] = q1.z; lo[i][7] = q1.w;
+                }
             }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
                 const int4 a0 = xa[0], a1 = xa[1];
-                int sdot = __dp4a(lo[0], a0.x, 0);
-                sdot = __dp4a(lo[1], a0.y, sdot); sdot = __dp4a(lo[2], a0.z, sdot); sdot = __dp4a(lo[3], a0.w, sdot);
-                sdot = __dp4a(lo[4], a1.x, sdot); sdot = __dp4a(lo[5], a1.y, sdot); sdot = __dp4a(lo[6], a1.z, sdot); sdot = __dp4a(lo[7], a1.w, sdot);
                 const float2 sd = ad[(size_t)t * nb + b];
-                acc[t] += TYPE == TYPE_Q4_0 ? dw[u] * (sd.x * (float)sdot - 8.0f * sd.y) : dw[u] * sd.x * (float)sdot;
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    int sdot = __dp4a(lo[i][0], a0.x, 0);
+                    sdot = __dp4a(lo[i][1], a0.y, sdot); sdot = __dp4a(lo[i][2], a0.z, sdot); sdot = __dp4a(lo[i][3], a0.w, sdot);
+                    sdot = __dp4a(lo[i][4], a1.x, sdot); sdot = __dp4a(lo[i][5], a1.y, sdot); sdot = __dp4a(lo[i][6], a1.z, sdot); sdot = __dp4a(lo[i][7], a1.w, sdot);
+                    acc[i][t] += TYPE == TYPE_Q4_0 ? dw[u][i] * (sd.x * (float)sdot - 8.0f * sd.y) : dw[u][i] * sd.x * (float)sdot;
+                }
             }
         }
     }
     if (!waited) pdl_wait();
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float sum = warp_sum(acc[t]);
-        if (lane == 0) {
-            float *o = y + (size_t)t * ldy + row;
-            *o = accumulate ? *o + sum : sum;
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float sum = warp_sum(acc[i][t]);
+            if (lane == 0 && row0 + i < rows) {
+                float *o = y + (size_t)t * ldy + row0 + i;
+                *o = accumulate ? *o + sum : sum;
+            }
         }
-    }
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
@@ -343,83 +370,91 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int valid)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-template <int TYPE, int NF>
+template <int TYPE, int NF, int MA>
 struct gemm_smem {
+    static constexpr int ROWS = GM_ROWS * MA;                                  // rows of a block: 8 warps x 16 MA
     static constexpr int BN = 16 * NF;
     static constexpr int QBYTES = TYPE == TYPE_Q4_0 ? 16 : 32;                 // quant bytes per 32-value block
-    static constexpr int STAGE_Q = GM_ROWS * 2 * QBYTES;                       // two blocks per row per slice
-    static constexpr int STAGE_D = GM_ROWS * 2 * 2;                            // their F16 scales
+    static constexpr int STAGES = MA > 1 && TYPE == TYPE_Q8_0 ? 3 : GM_STAGES; // (Q8_0's wide tiles: fewer stages fit)
+    static constexpr int STAGE_Q = ROWS * 2 * QBYTES;                          // two blocks per row per slice
+    static constexpr int STAGE_D = ROWS * 2 * 2;                               // their F16 scales
     static constexpr int STAGE_A = BN * GM_LD * 2;                             // activations, padded rows
     static constexpr int STAGE = STAGE_Q + STAGE_D + STAGE_A;
-    static constexpr int TILE_W = GM_ROWS * GM_LD * 2;                         // dequantized weights
-    static constexpr int MAIN = GM_STAGES * STAGE + TILE_W;
-    static constexpr int EPI = 8 * NF * 1024;                                  // results, reusing the same memory
+    static constexpr int TILE_W = ROWS * GM_LD * 2;                            // dequantized weights
+    static constexpr int MAIN = STAGES * STAGE + TILE_W;
+    static constexpr int EPI = 8 * NF * MA * 1024;                             // results, reusing the same memory
     static constexpr int BYTES = MAIN > EPI ? MAIN : EPI;
 };
 
-template <int TYPE, int NF>
+// MA = 16-row fragments per warp: with MA = 2 every activation fragment a
+// warp loads from shared memory feeds two products, not one (a batch's
+// GEMM was bound by those loads and by too few products in flight).
+template <int TYPE, int NF, int MA>
 __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                 const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
                                                 float *partial) {
     using namespace nvcuda;
-    typedef gemm_smem<TYPE, NF> L;
-    constexpr int BN = L::BN, QB = L::QBYTES;
+    typedef gemm_smem<TYPE, NF, MA> L;
+    constexpr int BN = L::BN, QB = L::QBYTES, ROWS = L::ROWS, ST = L::STAGES, WR = 16 * MA;
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *sW = (__half *)(smem + GM_STAGES * L::STAGE);
+    __half *sW = (__half *)(smem + ST * L::STAGE);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = blockIdx.x * GM_ROWS, t0 = blockIdx.y * BN;
+    const int r0 = blockIdx.x * ROWS, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (k + GM_KC - 1) / GM_KC, qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
-    auto issue_w = [&](int c) { // slice c's weights -> stage c % GM_STAGES
-        unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
-        // quants: GM_ROWS rows x 2 blocks x QB bytes, 16 bytes a copy
-        for (int i = threadIdx.x; i < GM_ROWS * 2 * QB / 16; i += 256) {
+    auto issue_w = [&](int c) { // slice c's weights -> stage c % ST
+        unsigned char *st = smem + (c % ST) * L::STAGE;
+        // quants: ROWS rows x 2 blocks x QB bytes, 16 bytes a copy
+        for (int i = threadIdx.x; i < ROWS * 2 * QB / 16; i += 256) {
             const int rb = i / (QB / 16), part = i % (QB / 16), row = rb >> 1, kb = c * 2 + (rb & 1);
             const int ok = r0 + row < rows && kb < nkb;
             cp_async16(st + i * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)kb * QB + part * 16 : qs, ok);
         }
         // scales: two F16 per row (the scale rows are padded to an even count)
-        if (threadIdx.x < GM_ROWS) {
-            const int row = threadIdx.x, ok = r0 + row < rows && c * 2 < nkb;
+        for (int row = threadIdx.x; row < ROWS; row += 256) {
+            const int ok = r0 + row < rows && c * 2 < nkb;
             cp_async4(st + L::STAGE_Q + row * 4, ok ? wd + (size_t)(r0 + row) * dstride + c * 2 : wd, ok);
         }
     };
     auto issue_a = [&](int c) { // slice c's activations: BN tokens x 8 pieces of 8 F16
-        __half *sa = (__half *)(smem + (c % GM_STAGES) * L::STAGE + L::STAGE_Q + L::STAGE_D);
+        __half *sa = (__half *)(smem + (c % ST) * L::STAGE + L::STAGE_Q + L::STAGE_D);
         for (int i = threadIdx.x; i < BN * 8; i += 256) {
             const int tok = i >> 3, col = c * GM_KC + (i & 7) * 8, ok = t0 + tok < n && col < k;
             cp_async16(sa + tok * GM_LD + (i & 7) * 8, ok ? A + (size_t)(t0 + tok) * k + col : A, ok);
         }
     };
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[NF];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MA][NF];
 #pragma unroll
-    for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[j], 0.0f);
+    for (int m = 0; m < MA; m++)
+#pragma unroll
+        for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[m][j], 0.0f);
     pdl_trigger();
 #pragma unroll
-    for (int s = 0; s < GM_STAGES - 1; s++)
+    for (int s = 0; s < ST - 1; s++)
         if (c_begin + s < c_end) issue_w(c_begin + s); // weights need nothing from the previous kernel
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < GM_STAGES - 1; s++) {
+    for (int s = 0; s < ST - 1; s++) {
         if (c_begin + s < c_end) issue_a(c_begin + s);
         cp_async_commit(); // an empty group keeps the count uniform
     }
-    __half *myW = sW + warp * 16 * GM_LD;
+    __half *myW = sW + warp * WR * GM_LD;
     for (int c = c_begin; c < c_end; c++) {
-        cp_async_wait<GM_STAGES - 2>(); // this thread's copies of slice c have landed
-        __syncthreads();                // everyone's have; and slice c-1's stage is free
-        if (c + GM_STAGES - 1 < c_end) {
-            issue_w(c + GM_STAGES - 1);
-            issue_a(c + GM_STAGES - 1);
+        cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
+        __syncthreads();         // everyone's have; and slice c-1's stage is free
+        if (c + ST - 1 < c_end) {
+            issue_w(c + ST - 1);
+            issue_a(c + ST - 1);
         }
         cp_async_commit();
-        const unsigned char *st = smem + (c % GM_STAGES) * L::STAGE;
-        { // dequantize: lane -> (row lane/2, block lane&1) of this warp's 16 rows
-            const int row = warp * 16 + (lane >> 1), blk = lane & 1;
+        const unsigned char *st = smem + (c % ST) * L::STAGE;
+#pragma unroll
+        for (int m = 0; m < MA; m++) { // dequantize: lane -> (row lane/2, block lane&1) of each 16 rows of this warp
+            const int wrow = m * 16 + (lane >> 1), row = warp * WR + wrow, blk = lane & 1;
             const __half2 d2 = __half2half2(((const __half *)(st + L::STAGE_Q))[row * 2 + blk]);
-            __half2 *dst = (__half2 *)(myW + (lane >> 1) * GM_LD + blk * QK);
+            __half2 *dst = (__half2 *)(myW + wrow * GM_LD + blk * QK);
             // quants to F16 without int-to-float conversions: a byte b placed under
             // the exponent of 1024 (0x64XX) reads as 1024 + b; subtracting the bias
             // leaves the exact small integer, and one multiply applies the scale
@@ -454,26 +489,30 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
         const __half *sa = (const __half *)(st + L::STAGE_Q + L::STAGE_D);
 #pragma unroll
         for (int kk = 0; kk < GM_KC; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, myW + kk, GM_LD);
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[MA];
+#pragma unroll
+            for (int m = 0; m < MA; m++) wmma::load_matrix_sync(fa[m], myW + m * 16 * GM_LD + kk, GM_LD);
 #pragma unroll
             for (int j = 0; j < NF; j++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
                 wmma::load_matrix_sync(fb, sa + j * 16 * GM_LD + kk, GM_LD);
-                wmma::mma_sync(acc[j], fa, fb, acc[j]);
+#pragma unroll
+                for (int m = 0; m < MA; m++) wmma::mma_sync(acc[m][j], fa[m], fb, acc[m][j]);
             }
         }
         __syncwarp(); // all lanes are done with this warp's tile before the next slice overwrites it
     }
     cp_async_wait<0>();
-    __syncthreads(); // shared memory now holds the results: per warp NF tiles of 16 tokens x 16 rows
-    float *sC = (float *)smem + warp * NF * 256;
+    __syncthreads(); // shared memory now holds the results: per warp MA x NF tiles of 16 tokens x 16 rows
+    float *sC = (float *)smem + warp * MA * NF * 256;
 #pragma unroll
-    for (int j = 0; j < NF; j++) wmma::store_matrix_sync(sC + j * 256, acc[j], 16, wmma::mem_col_major);
+    for (int m = 0; m < MA; m++)
+#pragma unroll
+        for (int j = 0; j < NF; j++) wmma::store_matrix_sync(sC + (m * NF + j) * 256, acc[m][j], 16, wmma::mem_col_major);
     __syncwarp();
-    for (int e = lane; e < NF * 256; e += 32) {
-        const int j = e >> 8, tl = (e >> 4) & 15, rl = e & 15;
-        const int r = r0 + warp * 16 + rl, t = t0 + j * 16 + tl;
+    for (int e = lane; e < MA * NF * 256; e += 32) {
+        const int mj = e >> 8, m = mj / NF, j = mj % NF, tl = (e >> 4) & 15, rl = e & 15;
+        const int r = r0 + warp * WR + m * 16 + rl, t = t0 + j * 16 + tl;
         if (r >= rows || t >= n) continue;
         const float v = sC[e];
         if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
@@ -838,8 +877,9 @@ static void unload(void *hv) {
         for (int i = 0; i <= h->desc.max_batch; i++) {
             const handle::step_time *t = &h->times[i];
             if (!t->steps) continue;
-            fprintf(stderr, "plumb-cuda: batch %3d: %6ld steps, per step ms: stage %.3f, GPU %.3f, wait %.3f, copy out %.3f\n", i, t->steps,
-                    1e3 * t->stage / t->steps, 1e3 * t->gpu / t->steps, 1e3 * t->wait / t->steps, 1e3 * t->copy / t->steps);
+            fprintf(stderr, "plumb-cuda: batch %3d: %6ld steps, per step ms: stage %.3f, GPU %.3f, wait %.3f, copy out %.3f, host between steps %.3f\n", i,
+                    t->steps, 1e3 * t->stage / t->steps, 1e3 * t->gpu / t->steps, 1e3 * t->wait / t->steps, 1e3 * t->copy / t->steps,
+                    t->follow ? 1e3 * t->host / t->follow : 0.0);
         }
         free(h->times);
         cudaEventDestroy(h->ev0);
@@ -875,6 +915,20 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         goto fail;
     }
     if (h->split_min_slices < 1) h->split_min_slices = 1;
+    {
+        const char *wr = getenv("PLUMB_CUDA_GEMM_ROWS");
+        if (wr && strcmp(wr, "16") && strcmp(wr, "32")) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM_ROWS wants 16 or 32 (rows per warp in the batch GEMM)");
+            goto fail;
+        }
+        h->gemm_wide = !(wr && !strcmp(wr, "16"));
+        const char *mr = getenv("PLUMB_CUDA_MV_ROWS");
+        if (mr && strcmp(mr, "1") && strcmp(mr, "2")) {
+            snprintf(err, err_len, "PLUMB_CUDA_MV_ROWS wants 1 or 2 (rows per warp in the decode matrix-vector kernel)");
+            goto fail;
+        }
+        h->mv_rows = mr && !strcmp(mr, "2") ? 2 : 1;
+    }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
     if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
         cudaEventCreate(&h->ev0);
@@ -957,16 +1011,16 @@ static int group_fmt(const dmat *W, int count, int n) {
     return f;
 }
 
-template <int TYPE>
-static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const dim3 g((unsigned)grid((size_t)W->rows, 4));
+template <int TYPE, int R>
+static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const dim3 g((unsigned)grid((size_t)W->rows, 4 * R));
     const int nb = W->cols / QK;
     for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
         const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
         const int8_t *aq = h->aq + (size_t)t0 * W->cols;
         const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) launch(h, k_matvec<TYPE, NT>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+#define MV(NT) launch(h, k_matvec<TYPE, NT, R>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
         case 1: MV(1); break;
         case 2: MV(2); break;
@@ -981,26 +1035,36 @@ static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, in
     }
 }
 
-template <int TYPE, int NF>
+/* rows per warp: PLUMB_CUDA_MV_ROWS=1|2 */
+template <int TYPE>
+static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    if (h->mv_rows == 2) launch_matvec_r<TYPE, 2>(h, W, n, y, ldy, accumulate);
+    else launch_matvec_r<TYPE, 1>(h, W, n, y, ldy, accumulate);
+}
+
+template <int TYPE, int NF, int MA>
 static cudaError_t gemm_allow_smem_one() {
-    cudaError_t e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<TYPE, NF>::BYTES);
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF, MA>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<TYPE, NF, MA>::BYTES);
     /* ask for the largest shared-memory carveout, so several blocks fit on a multiprocessor */
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_q<TYPE, NF, MA>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return e;
 }
 
 // the GEMM's pipeline needs more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
-    const cudaError_t e[] = {gemm_allow_smem_one<TYPE_Q4_0, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4>(),
-                             gemm_allow_smem_one<TYPE_Q8_0, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2>(), gemm_allow_smem_one<TYPE_Q8_0, 4>()};
+    const cudaError_t e[] = {gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
+                             gemm_allow_smem_one<TYPE_Q8_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 1>(),
+                             gemm_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 2>(),
+                             gemm_allow_smem_one<TYPE_Q8_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 2>()};
     for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
         if (e[i] != cudaSuccess) return e[i];
     return cudaSuccess;
 }
 
-template <int TYPE, int NF>
+template <int TYPE, int NF, int MA>
 static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int row_blocks = (int)grid((size_t)W->rows, GM_ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
+    typedef gemm_smem<TYPE, NF, MA> L;
+    const int row_blocks = (int)grid((size_t)W->rows, L::ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
     const int chunks = (W->cols + GM_KC - 1) / GM_KC;
     /* enough blocks to cover the multiprocessors, each split at least
      * split_min_slices slices long */
@@ -1012,17 +1076,22 @@ static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, i
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
     const dim3 g(row_blocks, tok_blocks, splits);
-    launch(h, k_gemm_q<TYPE, NF>, g, 256, gemm_smem<TYPE, NF>::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
-                                                                          splits > 1 ? h->partial : NULL);
+    launch(h, k_gemm_q<TYPE, NF, MA>, g, 256, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
+           splits > 1 ? h->partial : NULL);
     if (splits > 1)
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
 
+/* Token tiles of 16, 32 or 64; from 32 tokens on, warps of 32 rows
+ * (PLUMB_CUDA_GEMM_ROWS=16 keeps 16-row warps everywhere) */
 template <int TYPE>
 static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    if (n <= 16) launch_gemm_nf<TYPE, 1>(h, W, n, y, ldy, accumulate);
-    else if (n <= 32) launch_gemm_nf<TYPE, 2>(h, W, n, y, ldy, accumulate);
-    else launch_gemm_nf<TYPE, 4>(h, W, n, y, ldy, accumulate);
+    if (n <= 16) launch_gemm_nf<TYPE, 1, 1>(h, W, n, y, ldy, accumulate);
+    else if (n <= 32) {
+        if (h->gemm_wide) launch_gemm_nf<TYPE, 2, 2>(h, W, n, y, ldy, accumulate);
+        else launch_gemm_nf<TYPE, 2, 1>(h, W, n, y, ldy, accumulate);
+    } else if (h->gemm_wide) launch_gemm_nf<TYPE, 4, 2>(h, W, n, y, ldy, accumulate);
+    else launch_gemm_nf<TYPE, 4, 1>(h, W, n, y, ldy, accumulate);
 }
 
 // y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
@@ -1221,6 +1290,13 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         t->gpu += ms * 1e-3;
         t->wait += t_done - t_launched;
         t->copy += copy_s;
+        const int key = n_out == n ? n : -n; /* decode steps (every token wants logits) apart from prompt chunks */
+        if (h->last_n == key && h->last_end > 0 && n_out == n) {
+            t->host += t_start - h->last_end;
+            t->follow++;
+        }
+        h->last_n = key;
+        h->last_end = now_s();
     }
     return 0;
 fail:
