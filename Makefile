@@ -10,13 +10,17 @@
 
 CC       ?= gcc
 BUILD    ?= build
-GIT      := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# the commit a build reports (plumb --version, bench records); "-dirty" when
+# tracked files differ from it. It lives in a generated header that is rewritten
+# only when the text changes, so an incremental build never reports a stale one.
+GIT_HASH := $(shell git rev-parse --short HEAD 2>/dev/null)
+GIT      := $(if $(GIT_HASH),$(GIT_HASH)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty),unknown)
 OPT      ?= -O2
 CFLAGS   ?= -g
 CFLAGS   += $(OPT)
 SAN_FLAGS ?=
 # project flags are kept apart from CFLAGS/LDFLAGS so a command-line CFLAGS adds to them
-ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -DPLUMB_GIT_COMMIT='"$(GIT)"'
+ALL_CFLAGS  = $(CFLAGS) $(SAN_FLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -I$(BUILD)
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -fopenmp
 LDLIBS   += -lmicrohttpd -lcurl -lpcre2-8 -ljansson -lcrypto -lhwloc -lm -ldl -lpthread
 
@@ -29,7 +33,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check check-asan fuzz neon-test node-test demo bench-kernels cuda clean
+.PHONY: all test check version-header check-asan fuzz neon-test node-test demo bench-kernels cuda clean
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_PLUGIN := libplumb-cuda.so
 all: $(BIN) $(if $(NVCC),$(CUDA_PLUGIN))
@@ -41,6 +45,12 @@ CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=
 $(CUDA_PLUGIN): plugins/cuda/plumb_cuda.cu core/backend.h
 	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -shared $(CUDA_ARCHS) -o $@ $< -lcublas
 cuda: $(CUDA_PLUGIN)
+
+$(BUILD)/plumb_version.h: version-header
+	@mkdir -p $(BUILD)
+	@echo '#define PLUMB_GIT_COMMIT "$(GIT)"' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/core/model.o: $(BUILD)/plumb_version.h
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -9,6 +9,12 @@
 #include "topology.h"
 #include "util.h"
 
+/* written by the Makefile from git (builds outside it report "unknown") */
+#if defined(__has_include)
+#if __has_include("plumb_version.h")
+#include "plumb_version.h"
+#endif
+#endif
 #ifndef PLUMB_GIT_COMMIT
 #define PLUMB_GIT_COMMIT "unknown"
 #endif
