@@ -79,7 +79,7 @@ struct dlayer {
 };
 
 struct graph_slot {
-    int n, n_out, max_blocks, used; // the step's shape: what its kernels' arguments depend on
+    int n, n_out, max_blocks, fused, used; // the step's shape: what its kernels' arguments depend on
     unsigned long stamp;
     cudaGraphExec_t exec;
 };
@@ -120,6 +120,17 @@ struct handle {
     struct step_time { long steps, follow; double stage, gpu, wait, copy, host; } *times; // [max_batch + 1]
     double last_end;
     int last_n;
+    // the fused decode kernel (k_decode_fused): PLUMB_CUDA_FUSED=0 turns it off
+    int fused_ok;          // the model's layers suit it
+    int fused_grid[4];     // blocks for 1, 2, 4, 8 tokens (0: that size does not fit)
+    struct flayer *fused_layers; // device copy of the layer descriptors
+    unsigned *fused_bar;   // grid barrier counter, give-up flag
+    unsigned *hflag;       // pinned copy of the give-up flag
+    // PLUMB_CUDA_FUSED_CHECK=1: each fused step also run unfused, logits compared
+    int fused_check;
+    float *check_logits;
+    long chk_steps, chk_rows, chk_agree;
+    double chk_maxdiff, chk_maxabs;
 };
 
 #include <time.h>
@@ -715,6 +726,419 @@ __global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv
     }
 }
 
+// ---------------------------------------------------------------- fused decode
+//
+// A decode step of a few tokens (each of its own sequence) as ONE persistent
+// kernel over all the layers: a block per multiprocessor, the phases of a
+// layer separated by grid-wide barriers instead of kernel boundaries.
+// Separate kernels leave the GPU draining and refilling ~10 times a layer
+// (each product of a 7B layer streams only 2-13 us of weights, so the ramp
+// at either end of a kernel costs as much as the product); here the rows of
+// the next product are prefetched into L2 while the barrier is pending.
+// Per layer:
+//   P1  every block: rmsnorm(x) -> int8 activations in shared memory;
+//       warps: their share of the rows of [q;k;v]
+//   P2  a block per (token, query head): bias + rope of q, k, v; k/v (F16)
+//       into the cache (one block per kv head); attention over the cache
+//   P3  every block: attention output -> int8; warps: rows of Wo, x +=
+//   P4  every block: rmsnorm(x) -> int8; warps: gate row j and up row j,
+//       h[j] = silu(gate) * up
+//   P5  every block: h -> int8; warps: rows of Wdown, x +=
+// Data made inside the kernel is read with ld.global.cg (L2, never a stale
+// L1 line); weights, norms and the cache of earlier steps with plain loads.
+// Numbers agree with the separate kernels up to the order of float sums
+// (PLUMB_CUDA_FUSED_CHECK=1 compares the two on every step).
+#define FUSED_THREADS 512
+#define FUSED_WARPS (FUSED_THREADS / 32)
+
+struct fmat {
+    const uint8_t *qs;
+    const __half *d;
+    int dstride, rows, cols, type;
+};
+struct flayer {
+    const float *attn_norm, *ffn_norm, *bqkv;
+    fmat qkv, wo, gu, down;
+};
+struct fused_args {
+    const flayer *layers;
+    int n_layers, n, D, qd, kv_dim, ff, n_head, n_head_kv, hd, n_rot, neox, max_k, max_blocks, kv_block;
+    float eps;
+    float *x, *qkv, *att, *hbuf; // hidden [n][D], q/k/v [n][qd + 2 kv_dim], attention out [n][qd], silu(gate) * up [n][ff]
+    const float *cs, *sn;
+    const int *pos, *seq, *table;
+    __half *kp, *vp;
+    unsigned *bar; // [0]: arrivals this step (zeroed before the kernel), [1]: set when a barrier gave up
+};
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The grid barrier in two halves: arrive when the block's work of a phase is
+// written, wait before the next phase reads it (between them the warps
+// prefetch). The blocks are one per multiprocessor and all resident (checked
+// at load from the occupancy), so the wait ends; should it not within ~1 s,
+// it gives up and flags the step as failed rather than hang the GPU.
+__device__ __forceinline__ void grid_arrive(unsigned *bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(bar, 1u);
+    }
+}
+__device__ __forceinline__ void grid_wait(unsigned *bar, unsigned target) {
+    if (threadIdx.x == 0) {
+        unsigned spins = 0;
+        while (ld_acquire(bar) < target) {
+            if (++spins > (1u << 24)) { atomicExch(bar + 1, 1u); break; }
+            __nanosleep(40);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// The warp's share of a phase's rows: contiguous, counts differing by one.
+__device__ __forceinline__ void warp_share(int rows, int *r0, int *r1) {
+    const long nw = (long)gridDim.x * FUSED_WARPS, gw = (long)blockIdx.x * FUSED_WARPS + (threadIdx.x >> 5);
+    *r0 = (int)(gw * rows / nw);
+    *r1 = (int)((gw + 1) * rows / nw);
+}
+
+// Rows [r, r + count) of W into L2 (quants and scales), a warp's lanes a 128-byte line each.
+__device__ __forceinline__ void prefetch_rows(const fmat &W, int r, int count) {
+    if (count <= 0) return;
+    const int lane = threadIdx.x & 31;
+    const size_t qrow = W.type == TYPE_Q4_0 ? W.cols / 2 : W.cols;
+    const char *q = (const char *)W.qs + (size_t)r * qrow, *d = (const char *)(W.d + (size_t)r * W.dstride);
+    for (size_t o = (size_t)lane * 128; o < qrow * count; o += 32 * 128) prefetch_l2(q + o);
+    for (size_t o = (size_t)lane * 128; o < (size_t)W.dstride * 2 * count; o += 32 * 128) prefetch_l2(d + o);
+}
+__device__ __forceinline__ void prefetch_share(const fmat &W, int rows_of_share, int stacked_offset) {
+    int r0, r1;
+    warp_share(rows_of_share, &r0, &r1);
+    const int c = r1 - r0 < 2 ? r1 - r0 : 2;
+    prefetch_rows(W, r0, c);
+    if (stacked_offset) prefetch_rows(W, stacked_offset + r0, c);
+}
+
+// sum over the block of every thread's v (red: 32 floats of shared memory)
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    __syncthreads(); // red is free (an earlier call's readers are done)
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0;
+    for (int w = 0; w < FUSED_WARPS; w++) s += red[w];
+    return s;
+}
+
+// act[t] = rmsnorm(src[t]) * w (w != NULL) or src[t], as int8 blocks into
+// shared memory: aq [n][k], ad [n][k / 32]. k % 32 == 0.
+__device__ __forceinline__ void stage_act(const float *src, int n, int k, const float *w, float eps, int8_t *aq, float2 *ad, float *red) {
+    for (int t = 0; t < n; t++) {
+        const float *xr = src + (size_t)t * k;
+        float scale = 1.0f;
+        if (w) {
+            float ss = 0;
+            for (int i = threadIdx.x * 4; i < k; i += FUSED_THREADS * 4) {
+                const float4 v = __ldcg((const float4 *)(xr + i));
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            scale = rsqrtf(block_sum(ss, red) / k + eps);
+        }
+        for (int i = threadIdx.x * 4; i < k; i += FUSED_THREADS * 4) { // whole 8-thread groups: k % 32 == 0
+            float4 v = __ldcg((const float4 *)(xr + i));
+            if (w) {
+                const float4 g = *(const float4 *)(w + i);
+                v = make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w);
+            }
+            store_act4(v, t, i, k, ACT_Q8, aq, ad, NULL);
+        }
+    }
+    __syncthreads();
+}
+
+// The R rows rr[] of W (Q4_0 or Q8_0) dotted with the NT staged activation
+// rows (the first n of them real); every lane ends with the sums. The same
+// loads and arithmetic as k_matvec, with activations from shared memory.
+template <int TYPE, int NT, int R>
+__device__ __noinline__ void rows_dot(const fmat &W, const int *rr, int n, const int8_t *aq, const float2 *ad, float out[R][NT]) {
+    const int lane = threadIdx.x & 31, k = W.cols, nb = k / QK;
+    constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2;
+    constexpr int DEPTH = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
+    const uint4 *wr[R];
+    const __half *dr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        wr[i] = (const uint4 *)(W.qs + (size_t)rr[i] * qrow);
+        dr[i] = W.d + (size_t)rr[i] * W.dstride;
+    }
+    float acc[R][NT];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0;
+    for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
+        uint4 w[DEPTH][R][U];
+        float dw[DEPTH][R];
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+            const int b = b0 + 32 * u;
+            if (b < nb) {
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+#pragma unroll
+                    for (int v = 0; v < U; v++) w[u][i][v] = __ldg(wr[i] + (size_t)b * U + v);
+                    dw[u][i] = __half2float(dr[i][b]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+            const int b = b0 + 32 * u;
+            if (b >= nb) break;
+            int lo[R][8];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (TYPE == TYPE_Q4_0) {
+                    const uint4 q = w[u][i][0];
+                    lo[i][0] = q.x & 0x0F0F0F0F; lo[i][1] = q.y & 0x0F0F0F0F; lo[i][2] = q.z & 0x0F0F0F0F; lo[i][3] = q.w & 0x0F0F0F0F;
+                    lo[i][4] = (q.x >> 4) & 0x0F0F0F0F; lo[i][5] = (q.y >> 4) & 0x0F0F0F0F; lo[i][6] = (q.z >> 4) & 0x0F0F0F0F; lo[i][7] = (q.w >> 4) & 0x0F0F0F0F;
+                } else {
+                    const uint4 q0 = w[u][i][0], q1 = w[u][i][U - 1];
+                    lo[i][0] = q0.x; lo[i][1] = q0.y; lo[i][2] = q0.z; lo[i][3] = q0.w; lo[i][4] = q1.x; lo[i][5] = q1.y; lo[i][6] = q1.z; lo[i][7] = q1.w;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
+                const int4 a0 = xa[0], a1 = xa[1];
+                const float2 sd = ad[(size_t)t * nb + b];
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    int sdot = __dp4a(lo[i][0], a0.x, 0);
+                    sdot = __dp4a(lo[i][1], a0.y, sdot); sdot = __dp4a(lo[i][2], a0.z, sdot); sdot = __dp4a(lo[i][3], a0.w, sdot);
+                    sdot = __dp4a(lo[i][4], a1.x, sdot); sdot = __dp4a(lo[i][5], a1.y, sdot); sdot = __dp4a(lo[i][6], a1.z, sdot); sdot = __dp4a(lo[i][7], a1.w, sdot);
+                    acc[i][t] += TYPE == TYPE_Q4_0 ? dw[u][i] * (sd.x * (float)sdot - 8.0f * sd.y) : dw[u][i] * sd.x * (float)sdot;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) out[i][t] = warp_sum(acc[i][t]);
+}
+
+template <int NT, int R>
+__device__ __forceinline__ void rows_dot_any(const fmat &W, const int *rr, int n, const int8_t *aq, const float2 *ad, float out[R][NT]) {
+    if (W.type == TYPE_Q4_0) rows_dot<TYPE_Q4_0, NT, R>(W, rr, n, aq, ad, out);
+    else rows_dot<TYPE_Q8_0, NT, R>(W, rr, n, aq, ad, out);
+}
+
+// y[t][r] (+)= W[r] . act[t] over the warp's share of W's rows, two at a time.
+template <int NT>
+__device__ __forceinline__ void fused_product(const fmat &W, int n, const int8_t *aq, const float2 *ad, float *y, int ldy, int accumulate) {
+    const int lane = threadIdx.x & 31;
+    int r0, r1;
+    warp_share(W.rows, &r0, &r1);
+    int r = r0;
+    for (; r + 1 < r1; r += 2) {
+        const int rr[2] = {r, r + 1};
+        float s[2][NT];
+        rows_dot_any<NT, 2>(W, rr, n, aq, ad, s);
+        if (lane == 0)
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < 2; i++) {
+                    float *o = y + (size_t)t * ldy + r + i;
+                    *o = accumulate ? __ldcg(o) + s[i][t] : s[i][t];
+                }
+    }
+    if (r < r1) {
+        float s[1][NT];
+        rows_dot_any<NT, 1>(W, &r, n, aq, ad, s);
+        if (lane == 0)
+            for (int t = 0; t < n; t++) {
+                float *o = y + (size_t)t * ldy + r;
+                *o = accumulate ? __ldcg(o) + s[0][t] : s[0][t];
+            }
+    }
+}
+
+// h[t][j] = silu(gate_j . act[t]) * (up_j . act[t]); W stacks [gate; up].
+template <int NT>
+__device__ __forceinline__ void fused_gate_up(const fmat &W, int ff, int n, const int8_t *aq, const float2 *ad, float *hbuf) {
+    int j0, j1;
+    warp_share(ff, &j0, &j1);
+    for (int j = j0; j < j1; j++) {
+        const int rr[2] = {j, ff + j};
+        float s[2][NT];
+        rows_dot_any<NT, 2>(W, rr, n, aq, ad, s);
+        if ((threadIdx.x & 31) == 0)
+            for (int t = 0; t < n; t++) hbuf[(size_t)t * ff + j] = silu(s[0][t]) * s[1][t];
+    }
+}
+
+// value i of head-row `base` after bias and rope (the formula of k_rope_kv)
+__device__ __forceinline__ float roped(const float *row, const float *bias, int base, int i, int rope, int n_rot, int neox, const float *cs, const float *sn,
+                                       int t) {
+    const float v = __ldcg(row + base + i) + (bias ? bias[base + i] : 0.0f);
+    if (!rope || i >= n_rot) return v;
+    const int half = n_rot / 2;
+    const int j = neox ? (i < half ? i : i - half) : i / 2;
+    const int first = neox ? i < half : (i & 1) == 0;
+    const int partner = base + (neox ? (first ? i + half : i - half) : (first ? i + 1 : i - 1));
+    const float pv = __ldcg(row + partner) + (bias ? bias[partner] : 0.0f);
+    const float c = cs[(size_t)t * half + j], s = sn[(size_t)t * half + j];
+    return first ? v * c - pv * s : pv * s + v * c;
+}
+
+// P2 for one (token, query head) per block: E = hd / 32 values a lane.
+template <int E>
+__device__ __forceinline__ void fused_attention(const fused_args &a, int layer, const float *bias, float *sm) {
+    const int hd = a.hd, group = a.n_head / a.n_head_kv, ldq = a.qd + 2 * a.kv_dim;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *q_s = sm, *k_s = sm + hd, *v_s = sm + 2 * hd, *m_s = sm + 3 * hd, *l_s = m_s + FUSED_WARPS, *acc_s = l_s + FUSED_WARPS; // acc [warps][hd]
+    const float scale = rsqrtf((float)hd);
+    for (int item = blockIdx.x; item < a.n * a.n_head; item += gridDim.x) {
+        const int t = item / a.n_head, h = item % a.n_head, kvh = h / group, p = a.pos[t], len = p + 1;
+        const int *tab = a.table + a.seq[t] * a.max_blocks;
+        const float *row = a.qkv + (size_t)t * ldq;
+        const size_t layer_off = (size_t)a.n_layers * a.kv_block; // slots of one block, all layers
+        if (threadIdx.x < hd) {
+            const int i = threadIdx.x;
+            const float q = roped(row, bias, h * hd, i, 1, a.n_rot, a.neox, a.cs, a.sn, t);
+            const float k = roped(row, bias, a.qd + kvh * hd, i, 1, a.n_rot, a.neox, a.cs, a.sn, t);
+            const float v = roped(row, bias, a.qd + a.kv_dim + kvh * hd, i, 0, a.n_rot, a.neox, a.cs, a.sn, t);
+            const __half kh = __float2half(k), vh = __float2half(v);
+            q_s[i] = q * scale;
+            k_s[i] = __half2float(kh);
+            v_s[i] = __half2float(vh);
+            if (h % group == 0) {
+                const size_t slot = ((size_t)tab[p / a.kv_block] * layer_off + (size_t)layer * a.kv_block + p % a.kv_block) * a.kv_dim + kvh * hd + i;
+                a.kp[slot] = kh;
+                a.vp[slot] = vh;
+            }
+        }
+        __syncthreads();
+        float q[E], acc[E], m = -INFINITY, l = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) { q[e] = q_s[lane * E + e]; acc[e] = 0; }
+        for (int p0 = warp; p0 < len; p0 += 4 * FUSED_WARPS) {
+            float kv[4][E], vv[4][E];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int pp = p0 + u * FUSED_WARPS;
+                if (pp >= len) break;
+                if (pp == p) { // this step's own key and value: from shared memory (the cache write may not be visible yet)
+#pragma unroll
+                    for (int e = 0; e < E; e++) { kv[u][e] = k_s[lane * E + e]; vv[u][e] = v_s[lane * E + e]; }
+                    continue;
+                }
+                const size_t off = ((size_t)tab[pp / a.kv_block] * layer_off + (size_t)layer * a.kv_block + pp % a.kv_block) * a.kv_dim + kvh * hd + lane * E;
+                __half kb[E], vb[E];
+                if (E == 8) { *(uint4 *)kb = *(const uint4 *)(a.kp + off); *(uint4 *)vb = *(const uint4 *)(a.vp + off); }
+                else if (E == 4) { *(uint2 *)kb = *(const uint2 *)(a.kp + off); *(uint2 *)vb = *(const uint2 *)(a.vp + off); }
+                else if (E == 2) { *(unsigned *)kb = *(const unsigned *)(a.kp + off); *(unsigned *)vb = *(const unsigned *)(a.vp + off); }
+                else { kb[0] = a.kp[off]; vb[0] = a.vp[off]; }
+#pragma unroll
+                for (int e = 0; e < E; e++) { kv[u][e] = __half2float(kb[e]); vv[u][e] = __half2float(vb[e]); }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (p0 + u * FUSED_WARPS >= len) break;
+                float s = 0;
+#pragma unroll
+                for (int e = 0; e < E; e++) s += q[e] * kv[u][e];
+                s = warp_sum(s);
+                const float mn = fmaxf(m, s), corr = __expf(m - mn), w = __expf(s - mn);
+                l = l * corr + w;
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[e] = acc[e] * corr + w * vv[u][e];
+                m = mn;
+            }
+        }
+        if (lane == 0) { m_s[warp] = m; l_s[warp] = l; }
+#pragma unroll
+        for (int e = 0; e < E; e++) acc_s[warp * hd + lane * E + e] = acc[e];
+        __syncthreads();
+        if (threadIdx.x < hd) {
+            float mx = -INFINITY, z = 0, o = 0;
+            for (int w = 0; w < FUSED_WARPS; w++) mx = fmaxf(mx, m_s[w]);
+            for (int w = 0; w < FUSED_WARPS; w++) {
+                if (m_s[w] == -INFINITY) continue; // a warp that saw no positions
+                const float f = __expf(m_s[w] - mx);
+                z += l_s[w] * f;
+                o += acc_s[w * hd + threadIdx.x] * f;
+            }
+            a.att[(size_t)t * a.qd + h * hd + threadIdx.x] = o / z;
+        }
+        __syncthreads(); // shared memory is reused by the next item
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(FUSED_THREADS, 1) k_decode_fused(const fused_args a) {
+    extern __shared__ __align__(16) unsigned char fsm[];
+    int8_t *aq = (int8_t *)fsm;                          // [NT][max_k]
+    float2 *ad = (float2 *)(fsm + (size_t)NT * a.max_k); // [NT][max_k / 32]
+    float *red = (float *)(ad + (size_t)NT * (a.max_k / QK));
+    float *att_sm = (float *)fsm; // P2 reuses the activation space
+    const unsigned G = gridDim.x;
+    unsigned target = 0;
+    const int n = a.n, ldq = a.qd + 2 * a.kv_dim;
+    for (int l = 0; l < a.n_layers; l++) {
+        const flayer &L = a.layers[l];
+        // P1: q, k, v
+        stage_act(a.x, n, a.D, L.attn_norm, a.eps, aq, ad, red);
+        fused_product<NT>(L.qkv, n, aq, ad, a.qkv, ldq, 0);
+        grid_arrive(a.bar);
+        prefetch_share(L.wo, L.wo.rows, 0);
+        grid_wait(a.bar, target += G);
+        // P2: attention
+        if (a.hd == 32) fused_attention<1>(a, l, L.bqkv, att_sm);
+        else if (a.hd == 64) fused_attention<2>(a, l, L.bqkv, att_sm);
+        else if (a.hd == 128) fused_attention<4>(a, l, L.bqkv, att_sm);
+        else fused_attention<8>(a, l, L.bqkv, att_sm);
+        grid_arrive(a.bar);
+        grid_wait(a.bar, target += G);
+        // P3: x += Wo . att
+        stage_act(a.att, n, a.qd, NULL, 0, aq, ad, red);
+        fused_product<NT>(L.wo, n, aq, ad, a.x, a.D, 1);
+        grid_arrive(a.bar);
+        prefetch_share(L.gu, a.ff, a.ff);
+        grid_wait(a.bar, target += G);
+        // P4: h = silu(gate) * up
+        stage_act(a.x, n, a.D, L.ffn_norm, a.eps, aq, ad, red);
+        fused_gate_up<NT>(L.gu, a.ff, n, aq, ad, a.hbuf);
+        grid_arrive(a.bar);
+        prefetch_share(L.down, L.down.rows, 0);
+        grid_wait(a.bar, target += G);
+        // P5: x += Wdown . h
+        stage_act(a.hbuf, n, a.ff, NULL, 0, aq, ad, red);
+        fused_product<NT>(L.down, n, aq, ad, a.x, a.D, 1);
+        if (l + 1 < a.n_layers) {
+            grid_arrive(a.bar);
+            prefetch_share(a.layers[l + 1].qkv, a.layers[l + 1].qkv.rows, 0);
+            grid_wait(a.bar, target += G);
+        }
+    }
+}
+
+// shared memory of k_decode_fused<NT>: activations, or P2's attention scratch
+static size_t fused_smem(int nt, int max_k, int hd) {
+    const size_t act = (size_t)nt * max_k + (size_t)nt * (max_k / QK) * sizeof(float2) + 32 * sizeof(float);
+    const size_t att = (size_t)(3 * hd + 2 * FUSED_WARPS + FUSED_WARPS * hd) * sizeof(float);
+    return act > att ? act : att;
+}
+
 // ---------------------------------------------------------------- host side
 
 static size_t grid(size_t n, int threads) { return (n + threads - 1) / threads; }
@@ -873,6 +1297,13 @@ static void unload(void *hv) {
         free_mat(&t->down);
     }
     free_mat(&h->output);
+    if (h->chk_steps)
+        fprintf(stderr, "plumb-cuda: fused check: %ld steps, %ld logit rows, top-1 agrees on %ld, max |logit difference| %.3g (largest |logit| %.3g)\n",
+                h->chk_steps, h->chk_rows, h->chk_agree, h->chk_maxdiff, h->chk_maxabs);
+    free(h->check_logits);
+    if (h->fused_layers) cudaFree(h->fused_layers);
+    if (h->fused_bar) cudaFree(h->fused_bar);
+    if (h->hflag) cudaFreeHost(h->hflag);
     if (h->times) {
         for (int i = 0; i <= h->desc.max_batch; i++) {
             const handle::step_time *t = &h->times[i];
@@ -895,6 +1326,75 @@ static void unload(void *hv) {
     if (h->stream) cudaStreamDestroy(h->stream);
     free(h->layers);
     free(h);
+}
+
+static int quant_mat(const dmat *m) { return m->type == TYPE_Q4_0 || m->type == TYPE_Q8_0; }
+
+template <int NT>
+static int fused_fits(handle *h, size_t smem, int optin) {
+    int blocks = 0;
+    if (smem > (size_t)optin) return 0;
+    if (cudaFuncSetAttribute(k_decode_fused<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_decode_fused<NT>, FUSED_THREADS, smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return blocks >= 1 ? h->num_sms : 0; /* one block per multiprocessor: all resident, so the grid barrier can be passed */
+}
+
+// Whether the layers suit k_decode_fused (quantized products, stacked q/k/v
+// and gate/up, head size a multiple of 32 up to 256) and for which token
+// counts its blocks fit; uploads the layer descriptors. -1 only on errors.
+static int fused_setup(handle *h, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const char *env = getenv("PLUMB_CUDA_FUSED"), *chk = getenv("PLUMB_CUDA_FUSED_CHECK");
+    const int hd = d->head_dim, qd = d->n_head * hd, D = d->n_embd, ff = d->n_ff;
+    int major = 0, optin = 0, dev = 0;
+    h->fused_check = chk && !strcmp(chk, "1");
+    if (!(env && !strcmp(env, "1"))) return 0; /* opt-in until measured on the device */
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (major < 7 || !(hd == 32 || hd == 64 || hd == 128 || hd == 256) || D % QK || ff % QK || d->n_head % d->n_head_kv) return 0;
+    for (int l = 0; l < d->n_layers; l++) {
+        const dlayer *L = &h->layers[l];
+        if (L->n_qkv != 1 || L->n_gu != 1 || !quant_mat(&L->qkv[0]) || !quant_mat(&L->wo) || !quant_mat(&L->gu[0]) || !quant_mat(&L->down)) return 0;
+    }
+    const int max_k = ff > D ? (ff > qd ? ff : qd) : (D > qd ? D : qd);
+    h->fused_grid[0] = fused_fits<1>(h, fused_smem(1, max_k, hd), optin);
+    h->fused_grid[1] = fused_fits<2>(h, fused_smem(2, max_k, hd), optin);
+    h->fused_grid[2] = fused_fits<4>(h, fused_smem(4, max_k, hd), optin);
+    h->fused_grid[3] = fused_fits<8>(h, fused_smem(8, max_k, hd), optin);
+    if (!h->fused_grid[0]) return 0;
+    flayer *fl = (flayer *)calloc((size_t)d->n_layers, sizeof(flayer));
+    if (!fl) { snprintf(err, err_len, "out of host memory"); return -1; }
+    for (int l = 0; l < d->n_layers; l++) {
+        const dlayer *L = &h->layers[l];
+        const dmat *src[4] = {&L->qkv[0], &L->wo, &L->gu[0], &L->down};
+        fmat *dst[4] = {&fl[l].qkv, &fl[l].wo, &fl[l].gu, &fl[l].down};
+        for (int i = 0; i < 4; i++) *dst[i] = fmat{src[i]->qs, src[i]->d, src[i]->dstride, src[i]->rows, src[i]->cols, (int)src[i]->type};
+        fl[l].attn_norm = L->attn_norm;
+        fl[l].ffn_norm = L->ffn_norm;
+        fl[l].bqkv = L->bqkv;
+    }
+    const int rc = to_device(h, (void **)&h->fused_layers, fl, (size_t)d->n_layers * sizeof(flayer), err, err_len, "layer descriptors");
+    free(fl);
+    if (rc || !(h->fused_bar = (unsigned *)dev_alloc(h, 2 * sizeof(unsigned), err, err_len, "grid barrier"))) return -1;
+    if (cudaMemset(h->fused_bar, 0, 2 * sizeof(unsigned)) != cudaSuccess || cudaMallocHost(&h->hflag, sizeof(unsigned)) != cudaSuccess) {
+        snprintf(err, err_len, "setting up the fused decode kernel: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    *h->hflag = 0;
+    h->fused_ok = 1;
+    return 0;
+}
+
+// blocks for a fused step of n tokens (0: not this size)
+static int fused_blocks(const handle *h, int n) {
+    const int idx = n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : -1;
+    return idx < 0 ? 0 : h->fused_grid[idx];
 }
 
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
@@ -993,6 +1493,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaMallocHost(&h->hx, (size_t)nb * d->n_embd * 4), "pinned host memory");
     CHECK(cudaMallocHost(&h->hmeta, h->meta_ints * 4), "pinned host memory");
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
+    if (fused_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     h->peak = h->bytes;
     return h;
@@ -1153,14 +1654,61 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
 }
 
 // The step's kernels, all on h->stream, reading inputs already on the device.
-static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
+static void launch_fused(handle *h, int n, int max_blocks) {
+    const plumb_backend_model_desc *d = &h->desc;
+    fused_args a;
+    a.layers = h->fused_layers;
+    a.n_layers = d->n_layers;
+    a.n = n;
+    a.D = d->n_embd;
+    a.hd = d->head_dim;
+    a.qd = d->n_head * a.hd;
+    a.kv_dim = d->n_head_kv * a.hd;
+    a.ff = d->n_ff;
+    a.n_head = d->n_head;
+    a.n_head_kv = d->n_head_kv;
+    a.n_rot = d->n_rot;
+    a.neox = d->rope_neox;
+    a.max_k = a.ff > a.D ? (a.ff > a.qd ? a.ff : a.qd) : (a.D > a.qd ? a.D : a.qd);
+    a.max_blocks = max_blocks;
+    a.kv_block = d->kv_block;
+    a.eps = d->rms_eps;
+    a.x = h->x;
+    a.qkv = h->qkv;
+    a.att = h->att;
+    a.hbuf = h->gu; /* [nb][2 ff] floats: room for n <= nb rows of ff */
+    a.cs = h->cs;
+    a.sn = h->sn;
+    a.pos = h->meta;
+    a.seq = h->meta + d->max_batch;
+    a.table = h->meta + 3 * d->max_batch;
+    a.kp = h->k_pool;
+    a.vp = h->v_pool;
+    a.bar = h->fused_bar;
+    const int nt = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+    const size_t smem = fused_smem(nt, a.max_k, a.hd);
+    const unsigned g = (unsigned)fused_blocks(h, n);
+    cudaError_t e = cudaMemsetAsync(h->fused_bar, 0, sizeof(unsigned), h->stream);
+    if (e == cudaSuccess) {
+        /* a plain launch (no programmatic serialization): every block must find the previous kernel done */
+        if (nt == 1) k_decode_fused<1><<<g, FUSED_THREADS, smem, h->stream>>>(a);
+        else if (nt == 2) k_decode_fused<2><<<g, FUSED_THREADS, smem, h->stream>>>(a);
+        else if (nt == 4) k_decode_fused<4><<<g, FUSED_THREADS, smem, h->stream>>>(a);
+        else k_decode_fused<8><<<g, FUSED_THREADS, smem, h->stream>>>(a);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e;
+}
+
+static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, char *err, size_t err_len) {
     h->step_n = n;
     h->launch_err = cudaSuccess;
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
     if (d->n_rot > 0) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
-    for (int l = 0; l < d->n_layers; l++) {
+    if (fused) launch_fused(h, n, max_blocks);
+    for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(L->qkv, L->n_qkv, n), fo = act_fmt(&L->wo, n), fg = group_fmt(L->gu, L->n_gu, n), fd = act_fmt(&L->down, n);
         launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
@@ -1193,19 +1741,19 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, char *err, si
 
 // The captured graph for this step's shape, capturing it on first use
 // (least recently used slot replaced); NULL to run the kernels directly.
-static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len, int *failed) {
+static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, int fused, char *err, size_t err_len, int *failed) {
     *failed = 0;
     if (!h->use_graphs) return NULL;
     graph_slot *victim = &h->graphs[0];
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         graph_slot *s = &h->graphs[i];
-        if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks) { s->stamp = ++h->clock; return s->exec; }
+        if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks && s->fused == fused) { s->stamp = ++h->clock; return s->exec; }
         if (!s->used || (victim->used && s->stamp < victim->stamp)) victim = s;
     }
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     if (cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto off;
-    if (run_layers(h, n, n_out, max_blocks, err, err_len)) {
+    if (run_layers(h, n, n_out, max_blocks, fused, err, err_len)) {
         cudaStreamEndCapture(h->stream, &g);
         if (g) cudaGraphDestroy(g);
         cudaGetLastError();
@@ -1221,6 +1769,7 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, ch
     victim->n = n;
     victim->n_out = n_out;
     victim->max_blocks = max_blocks;
+    victim->fused = fused;
     victim->used = 1;
     victim->stamp = ++h->clock;
     victim->exec = exec;
@@ -1231,11 +1780,38 @@ off: // capture is not available here: run kernels directly from now on
     return NULL;
 }
 
+// every token of the step from a different sequence (a decode step, not a prompt chunk)
+static int distinct(const int *seq, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (seq[i] == seq[j]) return 0;
+    return 1;
+}
+
+// PLUMB_CUDA_FUSED_CHECK: the fused step's logits against the unfused step's
+static void compare_logits(handle *h, const float *ref, const float *got, int rows) {
+    const int V = h->desc.n_vocab;
+    h->chk_steps++;
+    for (int r = 0; r < rows; r++) {
+        const float *a = ref + (size_t)r * V, *b = got + (size_t)r * V;
+        int ia = 0, ib = 0;
+        for (int i = 0; i < V; i++) {
+            const double diff = fabs((double)a[i] - b[i]);
+            if (diff > h->chk_maxdiff || diff != diff) h->chk_maxdiff = diff != diff ? INFINITY : diff;
+            if (fabs(a[i]) > h->chk_maxabs) h->chk_maxabs = fabs(a[i]);
+            if (a[i] > a[ia]) ia = i;
+            if (b[i] > b[ib]) ib = i;
+        }
+        h->chk_rows++;
+        h->chk_agree += ia == ib;
+    }
+}
+
 static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float *logits_host, char *err, size_t err_len) {
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
     const int n = b->n, D = d->n_embd, nb = d->max_batch;
-    int n_out = 0, failed = 0;
+    int n_out = 0, failed = 0, fused = 0, checking = 0;
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
     if (b->max_blocks_per_seq > d->n_kv_blocks) {
@@ -1254,11 +1830,28 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     memcpy(h->hx, x_host, (size_t)n * D * 4);
     CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
     CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
-    exec = graph_for(h, n, n_out, b->max_blocks_per_seq, err, err_len, &failed);
+    fused = h->fused_ok && fused_blocks(h, n) && distinct(b->seq, n);
+    if (fused && h->fused_check && d->has_head && n_out > 0) { // the unfused step first, its logits kept
+        exec = graph_for(h, n, n_out, b->max_blocks_per_seq, 0, err, err_len, &failed);
+        if (failed) return -1;
+        if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
+        else if (run_layers(h, n, n_out, b->max_blocks_per_seq, 0, err, err_len)) return -1;
+        CHECK(cudaMemcpyAsync(h->hlogits, h->logits, (size_t)n_out * d->n_vocab * 4, cudaMemcpyDeviceToHost, h->stream), "copying logits");
+        CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+        if (!h->check_logits && !(h->check_logits = (float *)malloc((size_t)MATVEC_MAX_N * d->n_vocab * 4))) {
+            snprintf(err, err_len, "out of host memory");
+            return -1;
+        }
+        memcpy(h->check_logits, h->hlogits, (size_t)n_out * d->n_vocab * 4);
+        CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
+        checking = 1;
+    }
+    exec = graph_for(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len, &failed);
     if (failed) return -1;
     if (h->times) cudaEventRecord(h->ev0, h->stream);
     if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
-    else if (run_layers(h, n, n_out, b->max_blocks_per_seq, err, err_len)) return -1;
+    else if (run_layers(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len)) return -1;
+    if (fused) CHECK(cudaMemcpyAsync(h->hflag, h->fused_bar + 1, sizeof(unsigned), cudaMemcpyDeviceToHost, h->stream), "reading the step's status");
     if (h->times) {
         cudaEventRecord(h->ev1, h->stream);
         t_launched = now_s();
@@ -1280,6 +1873,12 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         memcpy(x_host, h->hx, (size_t)n * D * 4);
     }
     CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+    if (fused && *h->hflag) {
+        h->fused_ok = 0;
+        snprintf(err, err_len, "the fused decode kernel's grid barrier timed out (its blocks were not all resident); PLUMB_CUDA_FUSED=0 turns it off");
+        return -1;
+    }
+    if (checking) compare_logits(h, h->check_logits, logits_host, n_out);
     if (h->times) {
         handle::step_time *t = &h->times[n];
         float ms = 0;
