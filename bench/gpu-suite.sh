@@ -16,6 +16,8 @@
 #          PLUMB_CUDA_MV_ROWS=1|2 (decode rows per warp) and PLUMB_CUDA_GEMM_ROWS=32|16
 #          (batch GEMM rows per warp), after a correctness check of the
 #          2-row decode kernel on the synthetic TinyLlama (chunks of 8)
+#   fused  the fused decode kernel (PLUMB_CUDA_FUSED=1): step-by-step check against the
+#          separate kernels, greedy ids vs the CPU, and 7B batch 1/8 with it off and on
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -102,6 +104,26 @@ variants)
         echo "== $v"
         env PLUMB_CUDA_TIMING=1 PLUMB_CUDA_${v% *} PLUMB_CUDA_${v#* } $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 \
             --no-quality -o "$OUT/variants-$tag" 2>&1 | tee "$OUT/variants-$tag.txt" | grep -E "^\| models|rror|plumb-cuda"
+    done
+    ;;
+fused)
+    # the fused decode kernel: step-by-step check against the separate kernels,
+    # greedy ids against the CPU, then side by side at batch 1 and 8
+    for shape in tinyllama-1.1b llama2-7b; do
+        m=$(model $shape q4_0)
+        echo "== $shape Q4_0: fused vs separate kernels on every decode step (batch 1, then 8)"
+        PLUMB_CUDA_FUSED=1 PLUMB_CUDA_FUSED_CHECK=1 timeout 120 $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 -ngl all 2>&1 >/dev/null | grep -E "fused check|rror"
+        PLUMB_CUDA_FUSED=1 PLUMB_CUDA_FUSED_CHECK=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 8 -p 16 -n 16 --reps 1 --no-quality \
+            -o "$OUT/fused-check8-$shape" 2>&1 | grep -E "fused check|rror"
+        echo "== $shape Q4_0: greedy ids, CPU vs GPU fused"
+        timeout 200 $P run -m "$m" -p "Once upon a time" -n 16 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
+        PLUMB_CUDA_FUSED=1 timeout 120 $P run -m "$m" -p "Once upon a time" -n 16 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids|rror"
+    done 2>&1 | tee "$OUT/fused-check.txt"
+    m=$(model llama2-7b q4_0)
+    for f in 0 1; do
+        echo "== PLUMB_CUDA_FUSED=$f"
+        PLUMB_CUDA_FUSED=$f PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8 -p 128 -n 32 --reps 3 --no-quality \
+            -o "$OUT/fused-$f-llama2-7b" 2>&1 | tee "$OUT/fused-$f-llama2-7b.txt" | grep -E "^\| models|^\| [0-9]|rror|plumb-cuda"
     done
     ;;
 cpu)
