@@ -18,6 +18,10 @@
 #          2-row decode kernel on the synthetic TinyLlama (chunks of 8)
 #   fused  the fused decode kernel (PLUMB_CUDA_FUSED=1): step-by-step check against the
 #          separate kernels, greedy ids vs the CPU, and 7B batch 1/8 with it off and on
+#   gemm   the int8 tensor-core batch GEMM (PLUMB_CUDA_GEMM=i8) against the CPU at
+#          chunk sizes through every warp grid (Q4_0 and Q8_0 synthetic TinyLlama,
+#          the real Q8_0 model), then 7B Q4_0 batch 1/64 and prefill with the
+#          F16 GEMM and the int8 one (each warp grid at batch 64)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -39,10 +43,11 @@ model() { # shape type -> path (made once)
     [ -f "$f" ] || $P mkmodel --shape "$1" --type "$2" -o "$f" >/dev/null 2>&1
     echo "$f"
 }
-compare() { # model ctx label: KL etc. of -ngl all against the CPU's exact path
-    $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T --exact --kl-base "$OUT/base.bin" >/dev/null 2>&1 || { echo "CPU reference failed"; return; }
-    $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T -ngl all --kl "$OUT/base.bin" 2>&1 | tail -4
-    rm -f "$OUT/base.bin"
+compare() { # model ctx chunks: KL etc. of -ngl all against the CPU's exact path (computed once per model, ctx, chunks)
+    local base="$OUT/base-$(basename "$1")-$2-${3:-2}.bin"
+    [ -f "$base" ] || $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T --exact --kl-base "$base" >/dev/null 2>&1 ||
+        { echo "CPU reference failed"; rm -f "$base"; return; }
+    $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T -ngl all --kl "$base" 2>&1 | tail -4
 }
 for part in ${PARTS:-check synth tiny 7b}; do
 case $part in
@@ -126,6 +131,32 @@ fused)
             -o "$OUT/fused-$f-llama2-7b" 2>&1 | tee "$OUT/fused-$f-llama2-7b.txt" | grep -E "^\| models|^\| [0-9]|rror|plumb-cuda"
     done
     ;;
+gemm)
+    {
+        for q in q4_0 q8_0; do
+            m=$(model tinyllama-1.1b $q)
+            for tile in auto 4x1 2x2 4x2; do
+                echo "== synthetic TinyLlama $q, int8 GEMM, warp grid $tile"
+                for c in 12 40 64; do
+                    echo "-- -c $c"
+                    (export PLUMB_CUDA_GEMM=i8; [ $tile = auto ] || export PLUMB_CUDA_GEMM_TILE=$tile; compare "$m" $c 2)
+                done
+            done
+            echo "== synthetic TinyLlama $q, F16 GEMM"
+            for c in 40 64; do echo "-- -c $c"; (export PLUMB_CUDA_GEMM=f16; compare "$m" $c 2); done
+        done
+        echo "== TinyStories-656K Q8_0, int8 GEMM"
+        for c in 16 64; do echo "-- -c $c"; (export PLUMB_CUDA_GEMM=i8; compare "$S/models/TinyStories-656K-Q8_0.gguf" $c 2); done
+    } 2>&1 | tee "$OUT/gemm-check.txt"
+    m=$(model llama2-7b q4_0)
+    for v in f16:auto i8:auto i8:4x1 i8:4x2; do
+        echo "== PLUMB_CUDA_GEMM=${v%:*} tile ${v#*:}"
+        batches=1,64; [ "${v#*:}" = auto ] || batches=64
+        (export PLUMB_CUDA_GEMM=${v%:*}; [ "${v#*:}" = auto ] || export PLUMB_CUDA_GEMM_TILE=${v#*:}
+         PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch $batches -p 128 -n 32 --reps 3 --no-quality \
+            -o "$OUT/gemm-${v%:*}-${v#*:}-llama2-7b" 2>&1 | tee "$OUT/gemm-${v%:*}-${v#*:}-llama2-7b.txt" | grep -E "^\| models|rror|plumb-cuda")
+    done
+    ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU
     m=$(model tinyllama-1.1b q4_0)
@@ -149,6 +180,7 @@ prof)
     ;;
 esac
 done
+rm -f "$OUT"/base-*.bin
 # PARTS=gemmprof: ncu's speed-of-light, occupancy and stall sections for one
 # batch-64 GEMM launch (TinyLlama shape)
 if [[ " ${PARTS:-} " == *" gemmprof "* ]]; then

@@ -1,7 +1,7 @@
 // plumb_cuda.cu — the CUDA plugin: a range of transformer layers on the GPU.
 //
 // Layout of the work (one decode step of n tokens, per layer):
-//   rmsnorm -> activations        int8 blocks (n <= 8) or F16 (larger n)
+//   rmsnorm -> activations        int8 blocks (F16 for F16 weights or the F16 GEMM)
 //   [q;k;v] = Wqkv . act          one product over the three matrices, stacked
 //   rope + bias, k/v -> cache     the cache is paged like the host's, in F16
 //   attention                     one block per (token, kv head), online softmax
@@ -17,9 +17,11 @@
 // Products:
 //   n <= 8 tokens, Q4_0/Q8_0: a warp per row, int8 activations, __dp4a;
 //     the weights are read once for all n tokens (decode is bandwidth bound).
-//   n > 8, Q4_0/Q8_0: a tensor-core GEMM that dequantizes each 64-wide
-//     slice of weights to F16 in shared memory (WMMA, F32 accumulation), with
-//     split-K (partials summed in a fixed order, so results are deterministic).
+//   n > 8, Q4_0/Q8_0: an int8 tensor-core GEMM (mma.m16n8k32) on the quants
+//     as stored and int8 activation blocks, F32 accumulation of each block's
+//     scaled sums (PLUMB_CUDA_GEMM=f16: the earlier GEMM that dequantizes each
+//     64-wide slice to F16 in shared memory for WMMA), with split-K (partials
+//     summed in a fixed order, so results are deterministic).
 //   F16 weights: cuBLAS on tensor cores.
 // The whole step is captured once per (tokens, wanted logits) into a CUDA
 // graph and replayed: a 7B model issues ~330 kernels a token, and launching
@@ -27,6 +29,7 @@
 //
 // Every CUDA call is checked; errors travel back as text, never as exit().
 #include <cublas_v2.h>
+#include <cxxabi.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -49,6 +52,8 @@ extern "C" {
 #define ACT_Q8 1       // activation formats a product can ask for
 #define ACT_F16 2
 #define GRAPH_SLOTS 32
+#define KPROF_MAX 4096  // kernels timed in one step
+#define KPROF_STATS 512 // (kernel, step size) pairs
 
 #define CHECK(call, what)                                                                                           \
     do {                                                                                                            \
@@ -112,6 +117,8 @@ struct handle {
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2; default 2)
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
+    int gemm_i8;                               // batches: the int8 tensor-core GEMM (PLUMB_CUDA_GEMM=i8, default) or the F16 one (=f16)
+    int gemm_tile;                             // its warp grid, rows x tokens: 0 by batch size, 41, 22 or 42 (PLUMB_CUDA_GEMM_TILE=4x1|2x2|4x2)
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
@@ -120,6 +127,13 @@ struct handle {
     struct step_time { long steps, follow; double stage, gpu, wait, copy, host; } *times; // [max_batch + 1]
     double last_end;
     int last_n;
+    // PLUMB_CUDA_KPROF=1: each kernel of a step between two events (CUDA graphs
+    // off); per step size, time per kernel printed at unload
+    int kprof, kp_n;                // kernels recorded in the running step
+    cudaEvent_t *kp_ev;             // [2 * KPROF_MAX]
+    const void **kp_fn;             // [KPROF_MAX]
+    struct kp_stat { const void *fn; int key; long calls; double ms; } *kp_st; // fn NULL: the step count of key
+    int kp_nst;
     // the fused decode kernel (k_decode_fused): PLUMB_CUDA_FUSED=0 turns it off
     int fused_ok;          // the model's layers suit it
     int fused_grid[4];     // blocks for 1, 2, 4, 8 tokens (0: that size does not fit)
@@ -544,6 +558,176 @@ __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, 
     for (int z = 0; z < splits; z++) s += partial[(size_t)z * n * rows + i];
     float *o = C + (size_t)t * ldc + r;
     *o = accumulate ? *o + s : s;
+}
+
+// Integer tensor-core product for batches: C[t][r] (+)= sum_k W[r][k] a[t][k]
+// with the weights as stored (Q4_0 nibbles or Q8_0 bytes) and the int8
+// activation blocks the matrix-vector kernels read. mma.m16n8k32 (s8 x s8
+// -> s32) multiplies one 32-value block of 16 rows by 8 tokens; each block's
+// integer sums are scaled by its two scales into F32 accumulators:
+//   Q8_0: dw * da * sum(q a)      Q4_0: dw * (da * sum(q a) - 8 * da * sum(a))
+// (Q4_0's nibbles go in raw, 0..15, and the -8 offset is taken off with the
+// activation block's sum, so no per-value arithmetic is spent on weights.)
+// No dequantized copy exists anywhere: half the shared-memory traffic of the
+// F16 GEMM and twice the tensor rate. A block is WM x WN warps, each warp
+// 32 rows x 32 tokens (2 x 4 products per 32-value block); k goes in 64-wide
+// slices through a GI_STAGES-deep cp.async pipeline; gridDim.z splits k as in
+// k_gemm_q. Rows in shared memory are padded by 16 bytes, which puts the
+// 8 rows x 4 words a fragment load touches in 32 different banks.
+#define GI_KC 64
+#define GI_STAGES 4
+
+template <int TYPE, int WM, int WN>
+struct gemm_i8_smem {
+    static constexpr int BM = 32 * WM, BN = 32 * WN, THREADS = 32 * WM * WN;
+    static constexpr int WROW = TYPE == TYPE_Q4_0 ? 32 : 64; // quant bytes of a row in one slice
+    static constexpr int WLD = WROW + 16, ALD = GI_KC + 16;  // padded strides
+    static constexpr int STAGE_W = BM * WLD;
+    static constexpr int STAGE_WD = BM * 4;                  // two F16 scales a row
+    static constexpr int STAGE_A = BN * ALD;
+    static constexpr int STAGE_AD = BN * 16;                 // two float2 (d, d * sum) a token
+    static constexpr int STAGE = STAGE_W + STAGE_WD + STAGE_A + STAGE_AD;
+    static constexpr int BYTES = GI_STAGES * STAGE;
+};
+
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0));
+}
+
+__device__ __forceinline__ void mma_s8(int c[4], const int a[4], int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+template <int TYPE, int WM, int WN>
+__global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                          const int8_t *__restrict__ aq, const float2 *__restrict__ ad, int n, float *C, int ldc,
+                                                          int accumulate, int chunks_per_split, float *partial) {
+    typedef gemm_i8_smem<TYPE, WM, WN> L;
+    constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = GI_STAGES;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (k + GI_KC - 1) / GI_KC;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+
+    auto issue_w = [&](int c) { // slice c's weights and their scales -> stage c % ST
+        unsigned char *st = smem + (c % ST) * L::STAGE;
+        constexpr int PER_ROW = L::WROW / 16; // 16-byte copies a row
+        for (int i = threadIdx.x; i < BM * PER_ROW; i += NTH) {
+            const int row = i / PER_ROW, part = i % PER_ROW, kb = c * 2 + part / (PER_ROW / 2);
+            const int ok = r0 + row < rows && kb < nkb;
+            cp_async16(st + row * WLD + part * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)c * L::WROW + part * 16 : qs, ok);
+        }
+        for (int row = threadIdx.x; row < BM; row += NTH) { // scale rows are padded to an even count: the pair is always readable
+            const int ok = r0 + row < rows && c * 2 < nkb;
+            cp_async4(st + L::STAGE_W + row * 4, ok ? wd + (size_t)(r0 + row) * dstride + c * 2 : wd, ok);
+        }
+    };
+    auto issue_a = [&](int c) { // slice c's activations and their (d, d * sum) pairs
+        unsigned char *st = smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD;
+        for (int i = threadIdx.x; i < BN * 4; i += NTH) {
+            const int tok = i >> 2, part = i & 3, kb = c * 2 + (part >> 1), ok = t0 + tok < n && kb < nkb;
+            cp_async16(st + tok * ALD + part * 16, ok ? aq + (size_t)(t0 + tok) * k + (size_t)c * GI_KC + part * 16 : aq, ok);
+        }
+        for (int i = threadIdx.x; i < BN * 2; i += NTH) {
+            const int tok = i >> 1, kb = c * 2 + (i & 1), ok = t0 + tok < n && kb < nkb;
+            cp_async8(st + L::STAGE_A + i * 8, ok ? ad + (size_t)(t0 + tok) * nkb + kb : ad, ok);
+        }
+    };
+
+    float acc[2][4][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++)
+        if (c_begin + s < c_end) issue_w(c_begin + s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (c_begin + s < c_end) issue_a(c_begin + s);
+        cp_async_commit();
+    }
+    for (int c = c_begin; c < c_end; c++) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();
+        if (c + ST - 1 < c_end) {
+            issue_w(c + ST - 1);
+            issue_a(c + ST - 1);
+        }
+        cp_async_commit();
+        const unsigned char *st = smem + (c % ST) * L::STAGE;
+        const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
+        const __half *swd = (const __half *)(st + L::STAGE_W);
+        const float2 *sad = (const float2 *)(sa + L::STAGE_A);
+#pragma unroll
+        for (int blk = 0; blk < 2; blk++) {
+            int a[2][4];
+            float dw[2][2];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const int row = wm * 32 + m * 16 + g; // and row + 8
+                if (TYPE == TYPE_Q4_0) { // byte j of a block: value j (low nibble), value j + 16 (high)
+                    const uint32_t lo = *(const uint32_t *)(sw + row * WLD + blk * 16 + 4 * tq);
+                    const uint32_t hi = *(const uint32_t *)(sw + (row + 8) * WLD + blk * 16 + 4 * tq);
+                    a[m][0] = lo & 0x0F0F0F0F;
+                    a[m][1] = hi & 0x0F0F0F0F;
+                    a[m][2] = (lo >> 4) & 0x0F0F0F0F;
+                    a[m][3] = (hi >> 4) & 0x0F0F0F0F;
+                } else {
+                    const unsigned char *p = sw + row * WLD + blk * 32 + 4 * tq, *p8 = p + 8 * WLD;
+                    a[m][0] = *(const int *)p;
+                    a[m][1] = *(const int *)p8;
+                    a[m][2] = *(const int *)(p + 16);
+                    a[m][3] = *(const int *)(p8 + 16);
+                }
+                dw[m][0] = __half2float(swd[row * 2 + blk]);
+                dw[m][1] = __half2float(swd[(row + 8) * 2 + blk]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int tok = wn * 32 + j * 8;
+                const unsigned char *pb = sa + (tok + g) * ALD + blk * 32 + 4 * tq;
+                const int b0 = *(const int *)pb, b1 = *(const int *)(pb + 16);
+                const float2 s0 = sad[(tok + 2 * tq) * 2 + blk], s1 = sad[(tok + 2 * tq + 1) * 2 + blk];
+                const float o0 = TYPE == TYPE_Q4_0 ? -8.0f * s0.y : 0.0f, o1 = TYPE == TYPE_Q4_0 ? -8.0f * s1.y : 0.0f;
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    int cc[4];
+                    mma_s8(cc, a[m], b0, b1);
+                    acc[m][j][0] += dw[m][0] * fmaf(s0.x, (float)cc[0], o0);
+                    acc[m][j][1] += dw[m][0] * fmaf(s1.x, (float)cc[1], o1);
+                    acc[m][j][2] += dw[m][1] * fmaf(s0.x, (float)cc[2], o0);
+                    acc[m][j][3] += dw[m][1] * fmaf(s1.x, (float)cc[3], o1);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = r0 + wm * 32 + m * 16 + g + (e >> 1) * 8, t = t0 + wn * 32 + j * 8 + 2 * tq + (e & 1);
+                if (r >= rows || t >= n) continue;
+                const float v = acc[m][j][e];
+                if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
+                else {
+                    float *o = C + (size_t)t * ldc + r;
+                    *o = accumulate ? *o + v : v;
+                }
+            }
 }
 
 // cos/sin of each token's rotary angles, in double like the host.
@@ -1157,8 +1341,14 @@ static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t 
     cfg.dynamicSmemBytes = smem;
     cfg.stream = h->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = h->pdl && h->step_n <= MATVEC_MAX_N ? 1 : 0; /* measured: helps decode, not batches */
+    cfg.numAttrs = h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2) ? 1 : 0; /* measured: helps decode, not batches */
+    const int prof = h->kprof && h->kp_n < KPROF_MAX;
+    if (prof) cudaEventRecord(h->kp_ev[2 * h->kp_n], h->stream);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
+    if (prof) {
+        cudaEventRecord(h->kp_ev[2 * h->kp_n + 1], h->stream);
+        h->kp_fn[h->kp_n++] = (const void *)kernel;
+    }
     if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e; /* reported by run_layers */
 }
 
@@ -1284,6 +1474,8 @@ static void free_mat(dmat *m) {
     if (m->f16) cudaFree(m->f16);
 }
 
+static void kprof_print(handle *h);
+
 static void unload(void *hv) {
     handle *h = (handle *)hv;
     if (!h) return;
@@ -1301,6 +1493,13 @@ static void unload(void *hv) {
         fprintf(stderr, "plumb-cuda: fused check: %ld steps, %ld logit rows, top-1 agrees on %ld, max |logit difference| %.3g (largest |logit| %.3g)\n",
                 h->chk_steps, h->chk_rows, h->chk_agree, h->chk_maxdiff, h->chk_maxabs);
     free(h->check_logits);
+    if (h->kprof) kprof_print(h);
+    if (h->kp_ev) {
+        for (int i = 0; i < 2 * KPROF_MAX; i++) if (h->kp_ev[i]) cudaEventDestroy(h->kp_ev[i]);
+        free(h->kp_ev);
+    }
+    free(h->kp_fn);
+    free(h->kp_st);
     if (h->fused_layers) cudaFree(h->fused_layers);
     if (h->fused_bar) cudaFree(h->fused_bar);
     if (h->hflag) cudaFreeHost(h->hflag);
@@ -1427,6 +1626,17 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             snprintf(err, err_len, "PLUMB_CUDA_MV_ROWS wants 1 or 2 (rows per warp in the decode matrix-vector kernel)");
             goto fail;
         }
+        const char *gk = getenv("PLUMB_CUDA_GEMM"), *gt = getenv("PLUMB_CUDA_GEMM_TILE");
+        if (gk && strcmp(gk, "i8") && strcmp(gk, "f16")) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM wants i8 or f16 (the batch GEMM: int8 tensor cores on the quants, or F16 on dequantized tiles)");
+            goto fail;
+        }
+        h->gemm_i8 = !(gk && !strcmp(gk, "f16"));
+        h->gemm_tile = !gt ? 0 : !strcmp(gt, "4x1") ? 41 : !strcmp(gt, "2x2") ? 22 : !strcmp(gt, "4x2") ? 42 : -1;
+        if (h->gemm_tile < 0) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM_TILE wants 4x1, 2x2 or 4x2 (warps of the int8 GEMM's block, rows x tokens)");
+            goto fail;
+        }
         h->mv_rows = mr && !strcmp(mr, "1") ? 1 : 2; /* 2: 379.0 vs 360.3 tok/s at 7B batch 1 on the H200 */
     }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
@@ -1439,7 +1649,16 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
-    h->pdl = major >= 9 && !(pdl_env && !strcmp(pdl_env, "0"));
+    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "all") ? 2 : 1; /* all: batches too */
+    if (getenv("PLUMB_CUDA_KPROF") && strcmp(getenv("PLUMB_CUDA_KPROF"), "0")) {
+        h->kp_ev = (cudaEvent_t *)calloc(2 * KPROF_MAX, sizeof(cudaEvent_t));
+        h->kp_fn = (const void **)calloc(KPROF_MAX, sizeof(void *));
+        h->kp_st = (handle::kp_stat *)calloc(KPROF_STATS, sizeof(handle::kp_stat));
+        if (!h->kp_ev || !h->kp_fn || !h->kp_st) { snprintf(err, err_len, "out of host memory"); goto fail; }
+        for (int i = 0; i < 2 * KPROF_MAX; i++) CHECK(cudaEventCreate(&h->kp_ev[i]), "creating profiling events");
+        h->kprof = 1;
+        h->use_graphs = 0; /* events between the kernels of a graph cannot be read per kernel */
+    }
     CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "creating a stream");
     CHECK(gemm_allow_smem(), "configuring the GEMM kernels");
     if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
@@ -1503,12 +1722,12 @@ fail:
 }
 
 // activation format a product of W over n tokens reads
-static int act_fmt(const dmat *W, int n) {
-    return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && n <= MATVEC_MAX_N ? ACT_Q8 : ACT_F16;
+static int act_fmt(const handle *h, const dmat *W, int n) {
+    return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_i8) ? ACT_Q8 : ACT_F16;
 }
-static int group_fmt(const dmat *W, int count, int n) {
+static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     int f = 0;
-    for (int i = 0; i < count; i++) f |= act_fmt(&W[i], n);
+    for (int i = 0; i < count; i++) f |= act_fmt(h, &W[i], n);
     return f;
 }
 
@@ -1551,9 +1770,18 @@ static cudaError_t gemm_allow_smem_one() {
     return e;
 }
 
-// the GEMM's pipeline needs more than the default 48 KiB of shared memory
+template <int TYPE, int WM, int WN>
+static cudaError_t gemm_i8_allow_smem_one() {
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_i8_smem<TYPE, WM, WN>::BYTES);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    return e;
+}
+
+// the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
-    const cudaError_t e[] = {gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
+    const cudaError_t e[] = {gemm_i8_allow_smem_one<TYPE_Q4_0, 4, 1>(), gemm_i8_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_i8_allow_smem_one<TYPE_Q4_0, 4, 2>(),
+                             gemm_i8_allow_smem_one<TYPE_Q8_0, 4, 1>(), gemm_i8_allow_smem_one<TYPE_Q8_0, 2, 2>(), gemm_i8_allow_smem_one<TYPE_Q8_0, 4, 2>(),
+                             gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q8_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 2>(),
                              gemm_allow_smem_one<TYPE_Q8_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 2>()};
@@ -1562,20 +1790,46 @@ static cudaError_t gemm_allow_smem() {
     return cudaSuccess;
 }
 
+/* k splits of a GEMM grid: enough blocks to cover the multiprocessors, each
+ * split at least split_min_slices slices long; *cps = slices per split */
+static int split_k(const handle *h, int blocks, int chunks, int n, int rows, int *cps) {
+    int splits = (h->split_blocks_per_sm * h->num_sms + blocks - 1) / blocks;
+    if (splits > 8) splits = 8;
+    if (splits > chunks / h->split_min_slices) splits = chunks / h->split_min_slices;
+    if (splits < 1) splits = 1;
+    while (splits > 1 && (size_t)splits * n * rows > h->partial_elems) splits--;
+    *cps = (chunks + splits - 1) / splits;
+    return (chunks + *cps - 1) / *cps;
+}
+
+template <int TYPE, int WM, int WN>
+static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    typedef gemm_i8_smem<TYPE, WM, WN> L;
+    const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, L::BN);
+    int cps;
+    const int splits = split_k(h, row_blocks * tok_blocks, (W->cols + GI_KC - 1) / GI_KC, n, W->rows, &cps);
+    launch(h, k_gemm_i8<TYPE, WM, WN>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
+           h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+    if (splits > 1)
+        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+}
+
+/* warp grid: 4x1 (128 rows x 32 tokens) up to 32 tokens, 2x2 (64 x 64) above;
+ * PLUMB_CUDA_GEMM_TILE picks one for every size */
+template <int TYPE>
+static void launch_gemm_i8(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const int tile = h->gemm_tile ? h->gemm_tile : n <= 32 ? 41 : 22;
+    if (tile == 41) launch_gemm_i8_t<TYPE, 4, 1>(h, W, n, y, ldy, accumulate);
+    else if (tile == 22) launch_gemm_i8_t<TYPE, 2, 2>(h, W, n, y, ldy, accumulate);
+    else launch_gemm_i8_t<TYPE, 4, 2>(h, W, n, y, ldy, accumulate);
+}
+
 template <int TYPE, int NF, int MA>
 static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_smem<TYPE, NF, MA> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::ROWS), tok_blocks = (int)grid((size_t)n, 16 * NF);
-    const int chunks = (W->cols + GM_KC - 1) / GM_KC;
-    /* enough blocks to cover the multiprocessors, each split at least
-     * split_min_slices slices long */
-    int splits = (h->split_blocks_per_sm * h->num_sms + row_blocks * tok_blocks - 1) / (row_blocks * tok_blocks);
-    if (splits > 8) splits = 8;
-    if (splits > chunks / h->split_min_slices) splits = chunks / h->split_min_slices;
-    if (splits < 1) splits = 1;
-    while (splits > 1 && (size_t)splits * n * W->rows > h->partial_elems) splits--;
-    const int cps = (chunks + splits - 1) / splits;
-    splits = (chunks + cps - 1) / cps;
+    int cps;
+    const int splits = split_k(h, row_blocks * tok_blocks, (W->cols + GM_KC - 1) / GM_KC, n, W->rows, &cps);
     const dim3 g(row_blocks, tok_blocks, splits);
     launch(h, k_gemm_q<TYPE, NF, MA>, g, 256, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
            splits > 1 ? h->partial : NULL);
@@ -1599,6 +1853,8 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
     if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0) launch_gemm<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0) launch_gemm<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else {
@@ -1710,7 +1966,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
     if (fused) launch_fused(h, n, max_blocks);
     for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
-        const int fq = group_fmt(L->qkv, L->n_qkv, n), fo = act_fmt(&L->wo, n), fg = group_fmt(L->gu, L->n_gu, n), fd = act_fmt(&L->down, n);
+        const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
         launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
         launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
@@ -1727,7 +1983,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
         if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
     }
     if (d->has_head && n_out) {
-        launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(&h->output, n_out), h->aq, h->ad, h->ah);
+        launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
         if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
@@ -1807,6 +2063,58 @@ static void compare_logits(handle *h, const float *ref, const float *got, int ro
     }
 }
 
+static handle::kp_stat *kprof_stat(handle *h, const void *fn, int key) {
+    for (int i = 0; i < h->kp_nst; i++)
+        if (h->kp_st[i].fn == fn && h->kp_st[i].key == key) return &h->kp_st[i];
+    if (h->kp_nst == KPROF_STATS) return NULL;
+    handle::kp_stat *s = &h->kp_st[h->kp_nst++];
+    s->fn = fn;
+    s->key = key;
+    return s;
+}
+
+// adds the finished step's kernel times (key: tokens, negative for a prompt chunk)
+static void kprof_collect(handle *h, int key) {
+    handle::kp_stat *steps = kprof_stat(h, NULL, key);
+    if (steps) steps->calls++;
+    for (int i = 0; i < h->kp_n; i++) {
+        float ms = 0;
+        handle::kp_stat *s = kprof_stat(h, h->kp_fn[i], key);
+        if (s && cudaEventElapsedTime(&ms, h->kp_ev[2 * i], h->kp_ev[2 * i + 1]) == cudaSuccess) {
+            s->calls++;
+            s->ms += ms;
+        }
+    }
+    h->kp_n = 0;
+}
+
+static void kprof_print(handle *h) {
+    for (int i = 0; i < h->kp_nst; i++) {
+        const handle::kp_stat *st = &h->kp_st[i];
+        if (st->fn || !st->calls) continue;
+        double total = 0;
+        for (int j = 0; j < h->kp_nst; j++)
+            if (h->kp_st[j].fn && h->kp_st[j].key == st->key) total += h->kp_st[j].ms;
+        fprintf(stderr, "plumb-cuda: kernels of %s steps of %d tokens (%ld steps): %.3f ms a step\n", st->key > 0 ? "decode" : "prompt",
+                st->key > 0 ? st->key : -st->key, st->calls, total / st->calls);
+        for (int j = 0; j < h->kp_nst; j++) {
+            const handle::kp_stat *k = &h->kp_st[j];
+            if (!k->fn || k->key != st->key) continue;
+            const char *name = NULL;
+            char *dm = NULL;
+            if (cudaFuncGetName(&name, k->fn) != cudaSuccess || !name) name = "?";
+            else {
+                int status = 0;
+                dm = abi::__cxa_demangle(name, NULL, NULL, &status);
+                if (dm) { char *paren = strchr(dm, '('); if (paren) *paren = 0; name = dm; }
+            }
+            fprintf(stderr, "plumb-cuda:   %-40.40s %6.1f calls %9.3f ms %5.1f%%  %8.2f us a call\n", name, (double)k->calls / st->calls,
+                    k->ms / st->calls, total > 0 ? 100 * k->ms / total : 0.0, 1e3 * k->ms / k->calls);
+            free(dm);
+        }
+    }
+}
+
 static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float *logits_host, char *err, size_t err_len) {
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
@@ -1879,6 +2187,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         return -1;
     }
     if (checking) compare_logits(h, h->check_logits, logits_host, n_out);
+    if (h->kprof) kprof_collect(h, n_out == n ? n : -n);
     if (h->times) {
         handle::step_time *t = &h->times[n];
         float ms = 0;
