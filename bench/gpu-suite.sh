@@ -22,6 +22,9 @@
 #          chunk sizes through every warp grid (Q4_0 and Q8_0 synthetic TinyLlama,
 #          the real Q8_0 model), then 7B Q4_0 batch 1/64 and prefill with the
 #          F16 GEMM and the int8 one (each warp grid at batch 64)
+#   tiles  every built block shape of the int8 GEMM (PLUMB_CUDA_GEMM_TILE): checked
+#          against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks of 40 and 64), then
+#          per-kernel times of 7B batch-64 decode steps (PLUMB_CUDA_KPROF=1)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -156,6 +159,23 @@ gemm)
          PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch $batches -p 128 -n 32 --reps 3 --no-quality \
             -o "$OUT/gemm-${v%:*}-${v#*:}-llama2-7b" 2>&1 | tee "$OUT/gemm-${v%:*}-${v#*:}-llama2-7b.txt" | grep -E "^\| models|rror|plumb-cuda")
     done
+    ;;
+tiles)
+    tiles="2x2x2x2 4x1x2x2 4x2x2x2 2x2x2x4 2x2x4x4 4x2x4x2 2x2x4x8 4x1x4x4"
+    for q in q4_0 q8_0; do
+        m=$(model tinyllama-1.1b $q)
+        for tile in $tiles; do
+            for c in 40 64; do
+                echo "== $q $tile -c $c: $( (export PLUMB_CUDA_GEMM_TILE=$tile; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            done
+        done
+    done 2>&1 | tee "$OUT/tiles-check.txt"
+    m=$(model llama2-7b q4_0)
+    for tile in $tiles; do
+        echo "== $tile"
+        PLUMB_CUDA_GEMM_TILE=$tile PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+            --no-quality -o "$OUT/tiles-$tile" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
+    done 2>&1 | tee "$OUT/tiles-7b.txt"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -118,7 +118,7 @@ struct handle {
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2; default 2)
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_i8;                               // batches: the int8 tensor-core GEMM (PLUMB_CUDA_GEMM=i8, default) or the F16 one (=f16)
-    int gemm_tile;                             // its warp grid, rows x tokens: 0 by batch size, 41, 22 or 42 (PLUMB_CUDA_GEMM_TILE=4x1|2x2|4x2)
+    int gemm_tile;                             // its block shape WMxWNxMTxNB as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
     int timing;
@@ -568,31 +568,32 @@ __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, 
 //   Q8_0: dw * da * sum(q a)      Q4_0: dw * (da * sum(q a) - 8 * da * sum(a))
 // (Q4_0's nibbles go in raw, 0..15, and the -8 offset is taken off with the
 // activation block's sum, so no per-value arithmetic is spent on weights.)
-// No dequantized copy exists anywhere: half the shared-memory traffic of the
-// F16 GEMM and twice the tensor rate. A block is WM x WN warps, each warp
-// 32 rows x 32 tokens (2 x 4 products per 32-value block); k goes in 64-wide
-// slices through a GI_STAGES-deep cp.async pipeline; gridDim.z splits k as in
+// No dequantized copy exists anywhere. A block is WM x WN warps, each warp
+// 16 MT rows x 32 tokens (MT x 4 products per 32-value block, each
+// activation fragment feeding MT of them); k goes in slices of NB blocks
+// through a cp.async pipeline 2 to 4 slices deep; gridDim.z splits k as in
 // k_gemm_q. Rows in shared memory are padded by 16 bytes, which puts the
 // 8 rows x 4 words a fragment load touches in 32 different banks.
-#define GI_KC 64
-#define GI_STAGES 4
 
-template <int TYPE, int WM, int WN>
+template <int TYPE, int WM, int WN, int MT, int NB>
 struct gemm_i8_smem {
-    static constexpr int BM = 32 * WM, BN = 32 * WN, THREADS = 32 * WM * WN;
-    static constexpr int WROW = TYPE == TYPE_Q4_0 ? 32 : 64; // quant bytes of a row in one slice
-    static constexpr int WLD = WROW + 16, ALD = GI_KC + 16;  // padded strides
+    static constexpr int BM = 16 * MT * WM, BN = 32 * WN, THREADS = 32 * WM * WN, KC = NB * QK;
+    static constexpr int WROW = (TYPE == TYPE_Q4_0 ? 16 : 32) * NB; // quant bytes of a row in one slice
+    static constexpr int WLD = WROW + 16, ALD = KC + 16;             // padded strides
     static constexpr int STAGE_W = BM * WLD;
-    static constexpr int STAGE_WD = BM * 4;                  // two F16 scales a row
+    static constexpr int STAGE_WD = BM * 2 * NB;                     // NB F16 scales a row
     static constexpr int STAGE_A = BN * ALD;
-    static constexpr int STAGE_AD = BN * 16;                 // two float2 (d, d * sum) a token
+    static constexpr int STAGE_AD = BN * 8 * NB;                     // NB float2 (d, d * sum) a token
     static constexpr int STAGE = STAGE_W + STAGE_WD + STAGE_A + STAGE_AD;
-    static constexpr int BYTES = GI_STAGES * STAGE;
+    static constexpr int STAGES = 4 * STAGE <= 120 * 1024 ? 4 : 3 * STAGE <= 200 * 1024 ? 3 : 2; // (wide slices: fewer fit)
+    static constexpr int BYTES = STAGES * STAGE;
 };
 
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, int valid) {
+template <int BYTES>
+__device__ __forceinline__ void cp_async_n(void *dst, const void *src, int valid) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0));
+    if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
 }
 
 __device__ __forceinline__ void mma_s8(int c[4], const int a[4], int b0, int b1) {
@@ -601,17 +602,18 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], int b0, int b1)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
-template <int TYPE, int WM, int WN>
+template <int TYPE, int WM, int WN, int MT, int NB>
 __global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                           const int8_t *__restrict__ aq, const float2 *__restrict__ ad, int n, float *C, int ldc,
                                                           int accumulate, int chunks_per_split, float *partial) {
-    typedef gemm_i8_smem<TYPE, WM, WN> L;
-    constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = GI_STAGES;
+    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB> L;
+    constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = L::STAGES, KC = L::KC;
+    constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32; // quant bytes a block
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
     const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
-    const int nkb = k / QK, chunks = (k + GI_KC - 1) / GI_KC;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
@@ -619,30 +621,32 @@ __global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restr
         unsigned char *st = smem + (c % ST) * L::STAGE;
         constexpr int PER_ROW = L::WROW / 16; // 16-byte copies a row
         for (int i = threadIdx.x; i < BM * PER_ROW; i += NTH) {
-            const int row = i / PER_ROW, part = i % PER_ROW, kb = c * 2 + part / (PER_ROW / 2);
+            const int row = i / PER_ROW, part = i % PER_ROW, kb = c * NB + part * 16 / QB;
             const int ok = r0 + row < rows && kb < nkb;
-            cp_async16(st + row * WLD + part * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)c * L::WROW + part * 16 : qs, ok);
+            cp_async_n<16>(st + row * WLD + part * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)c * L::WROW + part * 16 : qs, ok);
         }
-        for (int row = threadIdx.x; row < BM; row += NTH) { // scale rows are padded to an even count: the pair is always readable
-            const int ok = r0 + row < rows && c * 2 < nkb;
-            cp_async4(st + L::STAGE_W + row * 4, ok ? wd + (size_t)(r0 + row) * dstride + c * 2 : wd, ok);
+        // the NB scales of a row in one copy: scale rows are padded to a multiple of 8, so it never runs past them
+        for (int row = threadIdx.x; row < BM; row += NTH) {
+            const int ok = r0 + row < rows;
+            cp_async_n<2 * NB>(st + L::STAGE_W + row * 2 * NB, ok ? wd + (size_t)(r0 + row) * dstride + c * NB : wd, ok);
         }
     };
     auto issue_a = [&](int c) { // slice c's activations and their (d, d * sum) pairs
         unsigned char *st = smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD;
-        for (int i = threadIdx.x; i < BN * 4; i += NTH) {
-            const int tok = i >> 2, part = i & 3, kb = c * 2 + (part >> 1), ok = t0 + tok < n && kb < nkb;
-            cp_async16(st + tok * ALD + part * 16, ok ? aq + (size_t)(t0 + tok) * k + (size_t)c * GI_KC + part * 16 : aq, ok);
+        constexpr int PER_TOK = KC / 16;
+        for (int i = threadIdx.x; i < BN * PER_TOK; i += NTH) {
+            const int tok = i / PER_TOK, part = i % PER_TOK, kb = c * NB + part / 2, ok = t0 + tok < n && kb < nkb;
+            cp_async_n<16>(st + tok * ALD + part * 16, ok ? aq + (size_t)(t0 + tok) * k + (size_t)c * KC + part * 16 : aq, ok);
         }
-        for (int i = threadIdx.x; i < BN * 2; i += NTH) {
-            const int tok = i >> 1, kb = c * 2 + (i & 1), ok = t0 + tok < n && kb < nkb;
-            cp_async8(st + L::STAGE_A + i * 8, ok ? ad + (size_t)(t0 + tok) * nkb + kb : ad, ok);
+        for (int i = threadIdx.x; i < BN * NB; i += NTH) {
+            const int tok = i / NB, kb = c * NB + i % NB, ok = t0 + tok < n && kb < nkb;
+            cp_async_n<8>(st + L::STAGE_A + i * 8, ok ? ad + (size_t)(t0 + tok) * nkb + kb : ad, ok);
         }
     };
 
-    float acc[2][4][4];
+    float acc[MT][4][4];
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -670,12 +674,12 @@ __global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restr
         const __half *swd = (const __half *)(st + L::STAGE_W);
         const float2 *sad = (const float2 *)(sa + L::STAGE_A);
 #pragma unroll
-        for (int blk = 0; blk < 2; blk++) {
-            int a[2][4];
-            float dw[2][2];
+        for (int blk = 0; blk < NB; blk++) {
+            int a[MT][4];
+            float dw[MT][2];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const int row = wm * 32 + m * 16 + g; // and row + 8
+            for (int m = 0; m < MT; m++) {
+                const int row = wm * 16 * MT + m * 16 + g; // and row + 8
                 if (TYPE == TYPE_Q4_0) { // byte j of a block: value j (low nibble), value j + 16 (high)
                     const uint32_t lo = *(const uint32_t *)(sw + row * WLD + blk * 16 + 4 * tq);
                     const uint32_t hi = *(const uint32_t *)(sw + (row + 8) * WLD + blk * 16 + 4 * tq);
@@ -690,18 +694,18 @@ __global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restr
                     a[m][2] = *(const int *)(p + 16);
                     a[m][3] = *(const int *)(p8 + 16);
                 }
-                dw[m][0] = __half2float(swd[row * 2 + blk]);
-                dw[m][1] = __half2float(swd[(row + 8) * 2 + blk]);
+                dw[m][0] = __half2float(swd[row * NB + blk]);
+                dw[m][1] = __half2float(swd[(row + 8) * NB + blk]);
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int tok = wn * 32 + j * 8;
                 const unsigned char *pb = sa + (tok + g) * ALD + blk * 32 + 4 * tq;
                 const int b0 = *(const int *)pb, b1 = *(const int *)(pb + 16);
-                const float2 s0 = sad[(tok + 2 * tq) * 2 + blk], s1 = sad[(tok + 2 * tq + 1) * 2 + blk];
+                const float2 s0 = sad[(tok + 2 * tq) * NB + blk], s1 = sad[(tok + 2 * tq + 1) * NB + blk];
                 const float o0 = TYPE == TYPE_Q4_0 ? -8.0f * s0.y : 0.0f, o1 = TYPE == TYPE_Q4_0 ? -8.0f * s1.y : 0.0f;
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
+                for (int m = 0; m < MT; m++) {
                     int cc[4];
                     mma_s8(cc, a[m], b0, b1);
                     acc[m][j][0] += dw[m][0] * fmaf(s0.x, (float)cc[0], o0);
@@ -714,12 +718,12 @@ __global__ void __launch_bounds__(32 * WM * WN) k_gemm_i8(const uint8_t *__restr
     }
     cp_async_wait<0>();
 #pragma unroll
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int r = r0 + wm * 32 + m * 16 + g + (e >> 1) * 8, t = t0 + wn * 32 + j * 8 + 2 * tq + (e & 1);
+                const int r = r0 + wm * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + wn * 32 + j * 8 + 2 * tq + (e & 1);
                 if (r >= rows || t >= n) continue;
                 const float v = acc[m][j][e];
                 if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
@@ -1596,6 +1600,8 @@ static int fused_blocks(const handle *h, int n) {
     return idx < 0 ? 0 : h->fused_grid[idx];
 }
 
+static int gemm_tile_known(int tile);
+
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
     handle *h = (handle *)calloc(1, sizeof(handle));
     if (!h) { snprintf(err, err_len, "out of host memory"); return NULL; }
@@ -1632,10 +1638,13 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->gemm_i8 = !(gk && !strcmp(gk, "f16"));
-        h->gemm_tile = !gt ? 0 : !strcmp(gt, "4x1") ? 41 : !strcmp(gt, "2x2") ? 22 : !strcmp(gt, "4x2") ? 42 : -1;
-        if (h->gemm_tile < 0) {
-            snprintf(err, err_len, "PLUMB_CUDA_GEMM_TILE wants 4x1, 2x2 or 4x2 (warps of the int8 GEMM's block, rows x tokens)");
-            goto fail;
+        if (gt) {
+            int wm, wn, mt, nbk;
+            if (sscanf(gt, "%dx%dx%dx%d", &wm, &wn, &mt, &nbk) != 4 || wm < 1 || wm > 9 || wn < 1 || wn > 9 || mt < 1 || mt > 9 || nbk < 1 || nbk > 9 ||
+                !gemm_tile_known(h->gemm_tile = wm * 1000 + wn * 100 + mt * 10 + nbk)) {
+                snprintf(err, err_len, "PLUMB_CUDA_GEMM_TILE wants WMxWNxMTxNB, one of the built shapes (2x2x2x2, 4x1x2x2, 4x2x2x2, 2x2x2x4, 2x2x4x4, 4x2x4x2, 2x2x4x8, 4x1x4x4)");
+                goto fail;
+            }
         }
         h->mv_rows = mr && !strcmp(mr, "1") ? 1 : 2; /* 2: 379.0 vs 360.3 tok/s at 7B batch 1 on the H200 */
     }
@@ -1770,17 +1779,22 @@ static cudaError_t gemm_allow_smem_one() {
     return e;
 }
 
-template <int TYPE, int WM, int WN>
+// the int8 GEMM's block shapes: warps (rows x tokens), 16-row products per warp, blocks per slice
+#define GI_CONFIGS(X) X(2, 2, 2, 2) X(4, 1, 2, 2) X(4, 2, 2, 2) X(2, 2, 2, 4) X(2, 2, 4, 4) X(4, 2, 4, 2) X(2, 2, 4, 8) X(4, 1, 4, 4)
+
+template <int TYPE, int WM, int WN, int MT, int NB>
 static cudaError_t gemm_i8_allow_smem_one() {
-    cudaError_t e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_i8_smem<TYPE, WM, WN>::BYTES);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_i8_smem<TYPE, WM, WN, MT, NB>::BYTES);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return e;
 }
 
 // the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
-    const cudaError_t e[] = {gemm_i8_allow_smem_one<TYPE_Q4_0, 4, 1>(), gemm_i8_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_i8_allow_smem_one<TYPE_Q4_0, 4, 2>(),
-                             gemm_i8_allow_smem_one<TYPE_Q8_0, 4, 1>(), gemm_i8_allow_smem_one<TYPE_Q8_0, 2, 2>(), gemm_i8_allow_smem_one<TYPE_Q8_0, 4, 2>(),
+#define GI_ALLOW(WM, WN, MT, NB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB>(),
+    const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW)
+#undef GI_ALLOW
                              gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q8_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 2>(),
@@ -1802,26 +1816,34 @@ static int split_k(const handle *h, int blocks, int chunks, int n, int rows, int
     return (chunks + *cps - 1) / *cps;
 }
 
-template <int TYPE, int WM, int WN>
+template <int TYPE, int WM, int WN, int MT, int NB>
 static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    typedef gemm_i8_smem<TYPE, WM, WN> L;
+    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, L::BN);
     int cps;
-    const int splits = split_k(h, row_blocks * tok_blocks, (W->cols + GI_KC - 1) / GI_KC, n, W->rows, &cps);
-    launch(h, k_gemm_i8<TYPE, WM, WN>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
-           h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+    const int splits = split_k(h, row_blocks * tok_blocks, (W->cols / QK + NB - 1) / NB, n, W->rows, &cps);
+    launch(h, k_gemm_i8<TYPE, WM, WN, MT, NB>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows,
+           W->cols, h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
 
-/* warp grid: 4x1 (128 rows x 32 tokens) up to 32 tokens, 2x2 (64 x 64) above;
- * PLUMB_CUDA_GEMM_TILE picks one for every size */
+/* block shape: gemm_tile (PLUMB_CUDA_GEMM_TILE=WMxWNxMTxNB, one of GI_CONFIGS)
+ * or by batch size */
 template <int TYPE>
 static void launch_gemm_i8(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->gemm_tile ? h->gemm_tile : n <= 32 ? 41 : 22;
-    if (tile == 41) launch_gemm_i8_t<TYPE, 4, 1>(h, W, n, y, ldy, accumulate);
-    else if (tile == 22) launch_gemm_i8_t<TYPE, 2, 2>(h, W, n, y, ldy, accumulate);
-    else launch_gemm_i8_t<TYPE, 4, 2>(h, W, n, y, ldy, accumulate);
+    const int tile = h->gemm_tile ? h->gemm_tile : n <= 32 ? 4122 : 2222;
+#define GI_LAUNCH(WM, WN, MT, NB) \
+    if (tile == WM * 1000 + WN * 100 + MT * 10 + NB) return launch_gemm_i8_t<TYPE, WM, WN, MT, NB>(h, W, n, y, ldy, accumulate);
+    GI_CONFIGS(GI_LAUNCH)
+#undef GI_LAUNCH
+}
+
+static int gemm_tile_known(int tile) {
+#define GI_KNOWN(WM, WN, MT, NB) if (tile == WM * 1000 + WN * 100 + MT * 10 + NB) return 1;
+    GI_CONFIGS(GI_KNOWN)
+#undef GI_KNOWN
+    return 0;
 }
 
 template <int TYPE, int NF, int MA>
