@@ -161,7 +161,7 @@ gemm)
     done
     ;;
 tiles)
-    tiles="2x2x2x2 4x1x2x2 4x2x2x2 2x2x2x4 2x2x4x4 4x2x4x2 2x2x4x8 4x1x4x4"
+    tiles=${TILES:-"2x2x2x2x1 4x1x2x2x1 2x2x2x4x1 2x2x2x4x2 4x1x2x4x2 2x2x2x8x2 2x2x2x8x4 2x2x4x4x2"}
     for q in q4_0 q8_0; do
         m=$(model tinyllama-1.1b $q)
         for tile in $tiles; do
@@ -176,6 +176,11 @@ tiles)
         PLUMB_CUDA_GEMM_TILE=$tile PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/tiles-$tile" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     done 2>&1 | tee "$OUT/tiles-7b.txt"
+    for sk in ${SPLITS:-}; do # split-K policies (MIN_SLICES,BLOCKS_PER_SM) with the default shapes
+        echo "== PLUMB_CUDA_SPLITK=$sk"
+        PLUMB_CUDA_SPLITK=$sk PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+            --no-quality -o "$OUT/splits-$sk" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
+    done 2>&1 | tee "$OUT/splits-7b.txt"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU
