@@ -797,22 +797,23 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
     if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
 }
 
-// Attention for one (token, kv head, HG query heads of its group): 4 warps
+// Attention for one (token, kv head, HG query heads of its group): W warps
 // split the positions, 4 positions per pass loaded before any is used; each
 // warp keeps an online softmax per head (a lane holds E of the head's hd
 // dims), then the warps' partial results are merged. With fmt, the output
 // goes straight to the next product's activations (hd % 32 == 0), else to
-// out as floats.
-#define ATT_WARPS 4
+// out as floats. W = 4, or 16 when the step has too few (token, head) blocks
+// to cover the GPU (decode of one or a few sequences: each warp's chain of
+// dependent loads is then 4 times shorter).
 #define ATT_POS 4
-template <int E, int HG>
-__global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
+template <int E, int HG, int W>
+__global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
                                                    const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
                                                    float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
     pdl_trigger();
     pdl_wait();
-    extern __shared__ float sh[]; // [ATT_WARPS][HG] m, l, then [ATT_WARPS][HG][hd] acc
+    extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc
     const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv, qd = n_head * hd;
     const int h0 = kvh * group + blockIdx.y * HG, nh = min(HG, kvh * group + group - h0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kv_dim = n_head_kv * hd, len = pos[t] + 1;
@@ -868,16 +869,16 @@ __global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv
             m[g] = mn;
         }
     };
-    for (int p = warp; p < len; p += ATT_POS * ATT_WARPS) {
+    for (int p = warp; p < len; p += ATT_POS * W) {
         float kv[ATT_POS][E], vv[ATT_POS][E];
 #pragma unroll
         for (int u = 0; u < ATT_POS; u++)
-            if (p + u * ATT_WARPS < len) load(p + u * ATT_WARPS, kv[u], vv[u]);
+            if (p + u * W < len) load(p + u * W, kv[u], vv[u]);
 #pragma unroll
         for (int u = 0; u < ATT_POS; u++)
-            if (p + u * ATT_WARPS < len) update(kv[u], vv[u]);
+            if (p + u * W < len) update(kv[u], vv[u]);
     }
-    float *sm_m = sh, *sm_l = sh + ATT_WARPS * HG, *sm_acc = sh + 2 * ATT_WARPS * HG;
+    float *sm_m = sh, *sm_l = sh + W * HG, *sm_acc = sh + 2 * W * HG;
 #pragma unroll
     for (int g = 0; g < HG; g++) {
         if (g >= nh) break;
@@ -895,9 +896,9 @@ __global__ void __launch_bounds__(128) k_attention(const float *__restrict__ qkv
         if (i < total) {
             const int g = i / hd, dim = i % hd;
             float mx = -INFINITY;
-            for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w * HG + g]);
+            for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w * HG + g]);
             float z = 0;
-            for (int w = 0; w < ATT_WARPS; w++) {
+            for (int w = 0; w < W; w++) {
                 const float mw = sm_m[w * HG + g];
                 if (mw == -INFINITY) continue; // a warp that saw no positions
                 const float f = __expf(mw - mx);
@@ -1912,21 +1913,26 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     int hg = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
     while (hg > 1 && (long)n * d->n_head_kv * ((group + hg - 1) / hg) < h->num_sms) hg /= 2;
     const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
-    const size_t sm = (size_t)ATT_WARPS * hg * (2 + hd) * 4;
-#define ATT(E, HG)                                                                                                                                 \
-    launch(h, k_attention<E, HG>, g, 32 * ATT_WARPS, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,     \
-                                                             h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
-#define ATT_E(HG)                                                                                                                                  \
+    /* 16 warps a block while the blocks are fewer than twice the multiprocessors
+     * (then hg is 1 or 2: 16 warps of wider head groups would spill) */
+    const int w = (long)g.x * g.y < 2L * h->num_sms && hg <= 2 ? 16 : 4;
+    const size_t sm = (size_t)w * hg * (2 + hd) * 4;
+#define ATT(E, HG, W)                                                                                                                              \
+    launch(h, k_attention<E, HG, W>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,          \
+           h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
+#define ATT_E(HG, W)                                                                                                                               \
     do {                                                                                                                                           \
-        if (hd <= 32) ATT(1, HG);                                                                                                                  \
-        else if (hd <= 64) ATT(2, HG);                                                                                                             \
-        else if (hd <= 128) ATT(4, HG);                                                                                                            \
-        else ATT(8, HG);                                                                                                                           \
+        if (hd <= 32) ATT(1, HG, W);                                                                                                               \
+        else if (hd <= 64) ATT(2, HG, W);                                                                                                          \
+        else if (hd <= 128) ATT(4, HG, W);                                                                                                         \
+        else ATT(8, HG, W);                                                                                                                        \
     } while (0)
-    if (hg == 1) ATT_E(1);
-    else if (hg == 2) ATT_E(2);
-    else if (hg == 4) ATT_E(4);
-    else ATT_E(8);
+    if (hg == 1 && w == 16) ATT_E(1, 16);
+    else if (hg == 2 && w == 16) ATT_E(2, 16);
+    else if (hg == 1) ATT_E(1, 4);
+    else if (hg == 2) ATT_E(2, 4);
+    else if (hg == 4) ATT_E(4, 4);
+    else ATT_E(8, 4);
 #undef ATT_E
 #undef ATT
 }
