@@ -181,6 +181,9 @@ tiles)
         PLUMB_CUDA_SPLITK=$sk PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/splits-$sk" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     done 2>&1 | tee "$OUT/splits-7b.txt"
+    echo "== PLUMB_CUDA_SPLIT_SUM=kernel (the earlier second kernel)"
+    PLUMB_CUDA_SPLIT_SUM=kernel PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+        --no-quality -o "$OUT/splitsum-kernel" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU
