@@ -65,9 +65,10 @@ const plumb_kernels *plumb_kernels_avx2(void);  /* NULL when not compiled in */
 const plumb_kernels *plumb_kernels_avx2_vnni(void); /* AVX2 + AVX-VNNI */
 const plumb_kernels *plumb_kernels_avx512_vnni(void); /* + AVX-512 VNNI 16-row kernels */
 const plumb_kernels *plumb_kernels_neon(void);  /* NULL when not compiled in */
+const plumb_kernels *plumb_kernels_neon_dotprod(void); /* NEON + ARMv8.2 sdot (NULL when not compiled in) */
 
 /* The table the forward pass uses: the best one this CPU supports, unless
- * PLUMB_SIMD=scalar|avx2|avx2-vnni|avx512-vnni|neon names another (an unsupported name is refused). */
+ * PLUMB_SIMD=scalar|avx2|avx2-vnni|avx512-vnni|neon|neon-dotprod names another (an unsupported name is refused). */
 const plumb_kernels *plumb_kernels_active(void);
 int plumb_kernels_select(const char *name); /* 0 ok, -1 with error */
 const char *plumb_cpu_features(void);      /* "avx2 fma f16c" etc. */

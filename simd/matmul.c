@@ -39,6 +39,17 @@ static int cpu_has_avxvnni(void) {
 #endif
 }
 
+/* ARMv8.2 dot product (HWCAP_ASIMDDP; Apple Silicon, Graviton 2+, Cortex-A55/A76+) */
+static int cpu_has_dotprod(void) {
+#if defined(__aarch64__) && defined(__linux__)
+    return (getauxval(AT_HWCAP) & (1ul << 20)) != 0;
+#elif defined(__aarch64__) && defined(__APPLE__)
+    return 1; /* every Apple Silicon core has it */
+#else
+    return 0;
+#endif
+}
+
 static int cpu_has_avx512vnni(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -60,11 +71,7 @@ const char *plumb_cpu_features(void) {
              __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
     if (cpu_has_avxvnni()) strncat(buf, " avxvnni", sizeof buf - strlen(buf) - 1);
 #elif defined(__aarch64__)
-    unsigned long hw = 0;
-#if defined(__linux__)
-    hw = getauxval(AT_HWCAP);
-#endif
-    snprintf(buf, sizeof buf, "aarch64 neon%s", (hw & (1ul << 20)) ? " dotprod" : "");
+    snprintf(buf, sizeof buf, "aarch64 neon%s", cpu_has_dotprod() ? " dotprod" : "");
 #else
     snprintf(buf, sizeof buf, "generic");
 #endif
@@ -78,7 +85,8 @@ int plumb_kernels_select(const char *name) {
     else if (!strcmp(name, "avx2-vnni")) k = cpu_has_avxvnni() ? plumb_kernels_avx2_vnni() : NULL;
     else if (!strcmp(name, "avx512-vnni")) k = cpu_has_avx512vnni() ? plumb_kernels_avx512_vnni() : NULL;
     else if (!strcmp(name, "neon")) k = plumb_kernels_neon();
-    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, avx512-vnni, neon)", name);
+    else if (!strcmp(name, "neon-dotprod")) k = cpu_has_dotprod() ? plumb_kernels_neon_dotprod() : NULL;
+    else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, avx512-vnni, neon, neon-dotprod)", name);
     if (!k) return plumb_set_error("kernel set '%s' is not available on this CPU/build", name);
     active = k;
     return 0;
@@ -92,6 +100,7 @@ const plumb_kernels *plumb_kernels_active(void) {
     if (cpu_has_avx512vnni()) k = plumb_kernels_avx512_vnni();
     if (!k && cpu_has_avxvnni()) k = plumb_kernels_avx2_vnni();
     if (!k && cpu_has_avx2_fma_f16c()) k = plumb_kernels_avx2();
+    if (!k && cpu_has_dotprod()) k = plumb_kernels_neon_dotprod();
     if (!k) k = plumb_kernels_neon();
     if (!k) k = plumb_kernels_scalar();
     active = k;

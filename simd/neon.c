@@ -95,29 +95,47 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
 }
 
+/* the quantized dot products, baseline ARMv8 */
+#define NQ(x) x##_neon
+#define NQ_DOT16(acc, a, b) vpadalq_s16(vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b))), vmull_high_s8(a, b))
 #include "neon_quant.inc"
+#undef NQ
+#undef NQ_DOT16
 
-static const plumb_kernels neon = {
-    .name = "neon",
-    .dot_f32 = dot_f32,
-    .attend = attend,
-    .dot = {
-        [PLUMB_TYPE_F32] = dot_f32_w,
-        [PLUMB_TYPE_F16] = dot_f16_w,
-        [PLUMB_TYPE_BF16] = dot_bf16_w,
-        [PLUMB_TYPE_Q8_0] = NEON_DOT_Q8_0,
-        [PLUMB_TYPE_Q4_0] = NEON_DOT_Q4_0,
-        [PLUMB_TYPE_Q4_1] = NEON_DOT_Q4_1,
-        [PLUMB_TYPE_Q4_K] = NEON_DOT_Q4_K,
-        [PLUMB_TYPE_Q5_K] = NEON_DOT_Q5_K,
-        [PLUMB_TYPE_Q6_K] = NEON_DOT_Q6_K,
-    },
-    .f16_to_f32 = f16_to_f32,
-    .quantize_q8a = NEON_QUANTIZE_Q8A,
-    .quantize_q8K = NEON_QUANTIZE_Q8K,
-};
+/* ... and with the dot-product instruction (run only where the CPU reports it) */
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+#define NQ(x) x##_neon_dp
+#define NQ_DOT16(acc, a, b) vdotq_s32(acc, a, b)
+#include "neon_quant.inc"
+#undef NQ
+#undef NQ_DOT16
+#pragma GCC pop_options
+
+/* activation quantization is a small fraction of a matmul: the reference serves */
+#define NEON_TABLE(NAME, SFX)                                                                                                         \
+    {                                                                                                                                 \
+        .name = NAME, .dot_f32 = dot_f32, .attend = attend,                                                                           \
+        .dot = {                                                                                                                      \
+            [PLUMB_TYPE_F32] = dot_f32_w,                                                                                             \
+            [PLUMB_TYPE_F16] = dot_f16_w,                                                                                             \
+            [PLUMB_TYPE_BF16] = dot_bf16_w,                                                                                           \
+            [PLUMB_TYPE_Q8_0] = dot_q8_0##SFX,                                                                                        \
+            [PLUMB_TYPE_Q4_0] = dot_q4_0##SFX,                                                                                        \
+            [PLUMB_TYPE_Q4_1] = dot_q4_1##SFX,                                                                                        \
+            [PLUMB_TYPE_Q4_K] = dot_q4_K##SFX,                                                                                        \
+            [PLUMB_TYPE_Q5_K] = dot_q5_K##SFX,                                                                                        \
+            [PLUMB_TYPE_Q6_K] = dot_q6_K##SFX,                                                                                        \
+        },                                                                                                                            \
+        .f16_to_f32 = f16_to_f32, .quantize_q8a = plumb_quantize_q8a, .quantize_q8K = plumb_quantize_q8_K,                            \
+    }
+
+static const plumb_kernels neon = NEON_TABLE("neon", _neon);
+static const plumb_kernels neon_dotprod = NEON_TABLE("neon-dotprod", _neon_dp);
 
 const plumb_kernels *plumb_kernels_neon(void) { return &neon; }
+const plumb_kernels *plumb_kernels_neon_dotprod(void) { return &neon_dotprod; }
 #else
 const plumb_kernels *plumb_kernels_neon(void) { return NULL; }
+const plumb_kernels *plumb_kernels_neon_dotprod(void) { return NULL; }
 #endif

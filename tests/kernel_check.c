@@ -1,14 +1,19 @@
 /* kernel_check.c — standalone kernel test runner (no Criterion), used for the
  * cross-compiled NEON build under qemu-aarch64: make neon-test. */
+#include <string.h>
+
 #include "kernel_cases.h"
 
 int main(void) {
     int passed = 0, failed = 0;
-    const plumb_kernels *tables[] = {plumb_kernels_scalar(), plumb_kernels_avx2(), plumb_kernels_avx2_vnni(), plumb_kernels_neon()};
-    for (int i = 0; i < 4; i++) { /* (the AVX-512 table is checked by the Criterion suite) */
+    /* the dot-product table only where the CPU (or qemu's model of one) has the instruction */
+    const plumb_kernels *dp = strstr(plumb_cpu_features(), "dotprod") ? plumb_kernels_neon_dotprod() : NULL;
+    const plumb_kernels *tables[] = {plumb_kernels_scalar(), plumb_kernels_avx2(), plumb_kernels_avx2_vnni(), plumb_kernels_neon(), dp};
+    if (plumb_kernels_neon() && !dp) printf("kernels neon-dotprod: skipped, this CPU has no dot-product instruction (%s)\n", plumb_cpu_features());
+    for (int i = 0; i < 5; i++) { /* (the AVX-512 table is checked by the Criterion suite) */
         if (!tables[i]) continue;
         kc_result r = kernel_check_table(tables[i]);
-        printf("kernels %-6s: %d passed, %d failed\n", tables[i]->name, r.passed, r.failed);
+        printf("kernels %-12s: %d passed, %d failed\n", tables[i]->name, r.passed, r.failed);
         passed += r.passed;
         failed += r.failed;
     }

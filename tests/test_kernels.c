@@ -31,6 +31,12 @@ Test(kernels, neon_matches_scalar) {
     check(plumb_kernels_neon());
 }
 
+Test(kernels, neon_dotprod_matches_scalar) {
+    if (!plumb_kernels_neon_dotprod()) cr_skip_test("not an aarch64 build (make neon-test runs these under qemu)");
+    if (plumb_kernels_select("neon-dotprod") != 0) cr_skip_test("no dot-product instruction: %s", plumb_last_error());
+    check(plumb_kernels_neon_dotprod());
+}
+
 Test(kernels, select_rejects_unknown) {
     cr_expect_neq(plumb_kernels_select("sse9"), 0);
     cr_expect(strstr(plumb_last_error(), "unknown kernel set") != NULL);
