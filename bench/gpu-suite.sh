@@ -234,12 +234,12 @@ esac
 done
 rm -f "$OUT"/base-*.bin
 # PARTS=gemmprof: ncu's speed-of-light, occupancy and stall sections for one
-# batch-64 GEMM launch (TinyLlama shape)
+# batch-64 GEMM launch (TinyLlama shape; GEMMPROF_KERNEL=k_gemm_q for the F16 one)
 if [[ " ${PARTS:-} " == *" gemmprof "* ]]; then
     m=$(model tinyllama-1.1b q4_0)
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    PLUMB_CUDA_GRAPHS=0 timeout 200 "$NCU" --clock-control none -k regex:k_gemm_q --launch-skip 300 --launch-count 2 \
+    PLUMB_CUDA_GRAPHS=0 timeout 200 "$NCU" --clock-control none -k regex:${GEMMPROF_KERNEL:-k_gemm_i8} --launch-skip 300 --launch-count 2 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section ComputeWorkloadAnalysis \
         $P bench -m "$m" --backends cuda --ngl all --batch 64 -p 16 -n 8 --reps 1 --warmup 0 --no-quality -o "$OUT/gp" > "$OUT/gemmprof.txt" 2>&1
-    grep -vE "^\s*$|----" "$OUT/gemmprof.txt" | grep -E "k_gemm|Duration|Throughput|Occupancy|Registers|Shared Memory|Block Limit|Warp Cycles|Stall|Issue|Executed Ipc|Waves|Grid Size|Block Size|Eligible|Active Warps" | head -70
+    grep -vE "^\s*$|----|^==PROF==" "$OUT/gemmprof.txt" | grep -vE "^\s+(Section|Metric Name)" | head -150
 fi
