@@ -110,7 +110,6 @@ struct handle {
     float *ssp;   // sums of squares of x's 32-value blocks, from those products [MATVEC_MAX_N][n_embd/32]
     int epi;      // decode: products that make the next activations (PLUMB_CUDA_EPI=0: separate kernels)
     int epi_ok;   // ... and this model's matrices allow them (epi_possible)
-    int epi_rope; // ... with RoPE and the cache writes in the q/k/v product (adjacent-pair RoPE, even n_rot and head size)
     __half *ah;   // F16 activations [max_batch][max_k]
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
@@ -468,50 +467,6 @@ __global__ void __launch_bounds__(32 * EPI_WARPS) k_matvec_residual(const uint8_
         const float ss = warp_sum(v * v);
         store_act_warp(v * wnext[r0 + lane], t, blockIdx.x, D, ACT_Q8, aq_out, ad_out, NULL);
         if (lane == 0) ssp_out[(size_t)t * (D / QK) + blockIdx.x] = ss;
-    }
-}
-
-// The stacked [q; k; v] product of a decode step with k_rope_kv's work as
-// its epilogue (adjacent-pair RoPE only: a warp's two rows are one pair):
-// biases, RoPE of q (into qkv) and k, k and v (F16) into the token's cache
-// slot. 4 warps, 8 rows a block, as k_matvec.
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(128) k_matvec_qkv(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
-                                                    const int8_t *__restrict__ aq, const float2 *__restrict__ ad, const float *ssp, float eps,
-                                                    float *qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
-                                                    const float *__restrict__ sn, int n_rot, const int *__restrict__ pos, const int *__restrict__ seq,
-                                                    const int *__restrict__ table, int max_blocks, int qd, int kv_dim, int hd, __half *kp, __half *vp,
-                                                    int layer, int n_layers, int kv_block) {
-    pdl_trigger();
-    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2, lane = threadIdx.x & 31;
-    if (row0 >= rows) return;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
-    const uint4 *wr[2] = {(const uint4 *)(qs + (size_t)row0 * qrow), (const uint4 *)(qs + (size_t)(row0 + 1) * qrow)};
-    const __half *dr[2] = {wd + (size_t)row0 * dstride, wd + (size_t)(row0 + 1) * dstride};
-    float acc[2][NT];
-    mv_dot<TYPE, NT, 2>(wr, dr, k, aq, ad, acc);
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float sc = ssp ? mv_norm_scale(ssp, t, k, eps) : 1.0f;
-        float v0 = warp_sum(acc[0][t]) * sc, v1 = warp_sum(acc[1][t]) * sc;
-        if (lane) continue;
-        if (bias) { v0 += bias[row0]; v1 += bias[row0 + 1]; }
-        const int i = row0 % hd;
-        if (row0 < qd + kv_dim && i < n_rot) { // q or k, rotary part: the pair turns by the angle of pair i / 2
-            const float c = cs[(size_t)t * (n_rot / 2) + i / 2], s = sn[(size_t)t * (n_rot / 2) + i / 2];
-            const float o0 = v0 * c - v1 * s, o1 = v0 * s + v1 * c;
-            v0 = o0;
-            v1 = o1;
-        }
-        if (row0 < qd) {
-            qkv[(size_t)t * ldq + row0] = v0;
-            qkv[(size_t)t * ldq + row0 + 1] = v1;
-            continue;
-        }
-        const int p = pos[t];
-        const size_t slot = (((size_t)table[seq[t] * max_blocks + p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
-        __half *dst = row0 < qd + kv_dim ? kp + slot + row0 - qd : vp + slot + row0 - qd - kv_dim;
-        *(__half2 *)dst = __floats2half2_rn(v0, v1); // row0 - qd is even, kv_dim even: 4-byte aligned
     }
 }
 
@@ -1953,7 +1908,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
     if (fused_setup(h, err, err_len)) goto fail;
     h->epi_ok = epi_possible(h);
-    h->epi_rope = !d->rope_neox && d->n_rot % 2 == 0 && d->head_dim % 2 == 0;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     h->peak = h->bytes;
     return h;
@@ -2028,28 +1982,6 @@ static void launch_residual(handle *h, const dmat *W, int n, const int8_t *aq, c
     }
 #undef MR
 }
-template <int TYPE>
-static void launch_qkv(handle *h, const dmat *W, int n, const float *ssp, const float *bias, int layer, int max_blocks) {
-    const plumb_backend_model_desc *d = &h->desc;
-    const int hd = d->head_dim, qd = d->n_head * hd, kv_dim = d->n_head_kv * hd;
-    const int *pos = h->meta, *seq = h->meta + d->max_batch, *table = h->meta + 3 * d->max_batch;
-    const dim3 g((unsigned)grid((size_t)W->rows, 8));
-#define MQ(NT)                                                                                                                             \
-    launch(h, k_matvec_qkv<TYPE, NT>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, h->aq, h->ad, ssp, d->rms_eps, h->qkv, W->rows, \
-           bias, h->cs, h->sn, d->n_rot, pos, seq, table, max_blocks, qd, kv_dim, hd, h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block)
-    switch (n) {
-    case 1: MQ(1); break;
-    case 2: MQ(2); break;
-    case 3: MQ(3); break;
-    case 4: MQ(4); break;
-    case 5: MQ(5); break;
-    case 6: MQ(6); break;
-    case 7: MQ(7); break;
-    default: MQ(8); break;
-    }
-#undef MQ
-}
-
 template <int TYPE>
 static void launch_swiglu(handle *h, const dmat *W, int n, const int8_t *aq, const float2 *ad, const float *ssp_in, int8_t *aq_out,
                           float2 *ad_out) {
@@ -2317,10 +2249,10 @@ static int epi_possible(const handle *h) {
 /* A decode step through the products with epilogues. Activations alternate
  * between two buffers: A (h->aq: the q/k/v and gate/up products' input,
  * x * norm weight, RMS scale from h->ssp after layer 0) and B (h->aq2: the
- * attention output, silu(gate) * up). Per layer 5 kernels (q/k/v + RoPE +
- * cache writes, attention, Wo + residual + norm, gate/up + swiglu, down +
- * residual + norm) instead of 8; rms_norm runs only before layer 0 and,
- * when not every token wants logits, before the head. */
+ * attention output, silu(gate) * up). Per layer 5 kernels (norm, rope+cache,
+ * attention, Wo+residual+norm, gate/up+swiglu, down+residual+norm) instead
+ * of 8; rms_norm runs only before layer 0 and, when not every token wants
+ * logits, before the head. */
 static int run_layers_epi(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ldq = qd + 2 * kv_dim;
@@ -2330,13 +2262,9 @@ static int run_layers_epi(handle *h, int n, int n_out, int max_blocks, char *err
     for (int l = 0; l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const float *ssp = l ? h->ssp : NULL; /* layer 0's activations come scaled from k_rmsnorm_act */
-        if (h->epi_rope && L->n_qkv == 1 && L->qkv[0].type == TYPE_Q4_0) launch_qkv<TYPE_Q4_0>(h, &L->qkv[0], n, ssp, L->bqkv, l, max_blocks);
-        else if (h->epi_rope && L->n_qkv == 1) launch_qkv<TYPE_Q8_0>(h, &L->qkv[0], n, ssp, L->bqkv, l, max_blocks);
-        else {
-            matvec_from(h, L->qkv, L->n_qkv, n, h->qkv, ldq, h->aq, h->ad, ssp);
-            launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq,
+        matvec_from(h, L->qkv, L->n_qkv, n, h->qkv, ldq, h->aq, h->ad, ssp);
+        launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq,
                table, max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        }
         launch_attention(h, n, l, pos, seq, table, max_blocks, ACT_Q8, h->aq2, h->ad2);
         residual_from(h, &L->wo, n, h->aq2, h->ad2, NULL, L->ffn_norm, h->aq, h->ad);
         if (L->gu[0].type == TYPE_Q4_0) launch_swiglu<TYPE_Q4_0>(h, &L->gu[0], n, h->aq, h->ad, h->ssp, h->aq2, h->ad2);
