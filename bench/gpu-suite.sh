@@ -25,8 +25,6 @@
 #   tiles  every built block shape of the int8 GEMM (PLUMB_CUDA_GEMM_TILE): checked
 #          against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks of 40 and 64), then
 #          per-kernel times of 7B batch-64 decode steps (PLUMB_CUDA_KPROF=1)
-#   epi    decode products that make the next product's activations (PLUMB_CUDA_EPI=0|1):
-#          checked against the CPU, 7B batch 1/8 off and on, per-kernel times
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -183,31 +181,9 @@ tiles)
         PLUMB_CUDA_SPLITK=$sk PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/splits-$sk" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     done 2>&1 | tee "$OUT/splits-7b.txt"
-    echo "== PLUMB_CUDA_SPLIT_SUM=inline (split-K partials added by each tile's last split)"
-    PLUMB_CUDA_SPLIT_SUM=inline PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
-        --no-quality -o "$OUT/splitsum-inline" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
-    ;;
-epi)
-    # decode products with epilogues (PLUMB_CUDA_EPI): checked against the CPU
-    # (synthetic TinyLlama Q4_0/Q8_0, chunks of 1-8 tokens take them), then 7B
-    # Q4_0 batch 1/8 with them off and on, and per-kernel times with them on
-    {
-        for q in q4_0 q8_0; do
-            m=$(model tinyllama-1.1b $q)
-            echo "== synthetic TinyLlama $q: greedy ids, CPU vs GPU"
-            $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
-            $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids|rror"
-            for e in 0 1; do for c in 3 8; do echo "-- PLUMB_CUDA_EPI=$e -c $c: $( (export PLUMB_CUDA_EPI=$e; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"; done; done
-        done
-    } 2>&1 | tee "$OUT/epi-check.txt"
-    m=$(model llama2-7b q4_0)
-    for e in 0 1; do
-        echo "== PLUMB_CUDA_EPI=$e"
-        PLUMB_CUDA_EPI=$e PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8 -p 128 -n 32 --reps 3 --no-quality \
-            -o "$OUT/epi-$e-llama2-7b" 2>&1 | tee "$OUT/epi-$e-llama2-7b.txt" | grep -E "^\| models|rror|plumb-cuda"
-    done
-    PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 16 -n 32 --reps 1 --warmup 0 --no-quality \
-        -o "$OUT/epi-kprof" 2>&1 | grep -E "kernels of decode|plumb-cuda:   |rror" | tee "$OUT/epi-kprof.txt"
+    echo "== PLUMB_CUDA_SPLIT_SUM=kernel (the earlier second kernel)"
+    PLUMB_CUDA_SPLIT_SUM=kernel PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+        --no-quality -o "$OUT/splitsum-kernel" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -105,11 +105,6 @@ struct handle {
                            // on the H200: 73 us vs 53 + 6.7 us per 7B GEMM at batch 64), default k_splitk_sum
     int8_t *aq;   // int8 activations [max_batch][max_k]
     float2 *ad;   // their block scales (d, d * sum of quants) [max_batch][max_k/32]
-    int8_t *aq2;  // a second set for decode products that write the next one's activations [MATVEC_MAX_N][max_k]
-    float2 *ad2;
-    float *ssp;   // sums of squares of x's 32-value blocks, from those products [MATVEC_MAX_N][n_embd/32]
-    int epi;      // decode: products that make the next activations (PLUMB_CUDA_EPI=0: separate kernels)
-    int epi_ok;   // ... and this model's matrices allow them (epi_possible)
     __half *ah;   // F16 activations [max_batch][max_k]
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
@@ -289,32 +284,33 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
     }
 }
 
-// One warp writes one 32-value block of activations (lane = value): int8
-// quants with scale and scale x sum, and/or F16.
-__device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
-    const int lane = threadIdx.x & 31;
-    if (fmt & ACT_Q8) {
-        const float amax = warp_max(fabsf(v));
-        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        const int q = __float2int_rn(v * id);
-        const int sum = warp_isum(q);
-        aq[(size_t)row * k + blk * QK + lane] = (int8_t)q;
-        if (lane == 0) ad[(size_t)row * (k / QK) + blk] = make_float2(d, d * (float)sum);
-    }
-    if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
-}
-
+// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per R rows (R = 1 or 2).
+// Each lane takes 32-value blocks lane, lane+32, ...; the quants of up to
+// MV_DEPTH blocks of each row are loaded before any is used, so each warp
+// keeps several KiB in flight (decode is bound by how many bytes are on
+// their way from memory). With R = 2 each activation block a lane loads
+// serves two rows (half the activation traffic through L1 per weight byte).
 #define MV_DEPTH 8
-// Each lane's partial sums acc[i][t] of rows wr[i]/dr[i] (quants / scales)
-// dotted with the NT activation rows; waits for the previous kernel (PDL)
-// after its first weights are on their way.
 template <int TYPE, int NT, int R>
-__device__ __forceinline__ void mv_dot(const uint4 *const *wr, const __half *const *dr, int k, const int8_t *__restrict__ aq,
-                                       const float2 *__restrict__ ad, float acc[R][NT]) {
-    const int lane = threadIdx.x & 31, nb = k / QK;
+__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
+    pdl_trigger();
+    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
+    if (row0 >= rows) return;
+    const int nb = k / QK;
     constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2; // 16-byte loads per block
-    constexpr int DEPTH = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R > 0 ? (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R : 1;
+    constexpr int DEPTH = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
+    const uint4 *wr[R];
+    const __half *dr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) { // a second row past the end reads the first again; its sum is not stored
+        const int r = row0 + i < rows ? row0 + i : row0;
+        wr[i] = (const uint4 *)(qs + (size_t)r * qrow);
+        dr[i] = wd + (size_t)r * dstride;
+    }
     int waited = 0; // the first weights are loaded before waiting for the activations
+    float acc[R][NT];
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
@@ -367,139 +363,16 @@ __device__ __forceinline__ void mv_dot(const uint4 *const *wr, const __half *con
         }
     }
     if (!waited) pdl_wait();
-}
-
-// The RMS-norm scale of token t whose activations were quantized without it
-// (by a producer's epilogue, below): ssp holds the sums of squares of the
-// token's k / 32 blocks of x. Warp-wide; every lane gets it.
-__device__ __forceinline__ float mv_norm_scale(const float *ssp, int t, int k, float eps) {
-    const int nb = k / QK;
-    float s = 0;
-    for (int j = threadIdx.x & 31; j < nb; j += 32) s += __ldcg(ssp + (size_t)t * nb + j);
-    return rsqrtf(warp_sum(s) / k + eps);
-}
-
-// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per R rows (R = 1 or 2).
-// Each lane takes 32-value blocks lane, lane+32, ...; the quants of up to
-// MV_DEPTH blocks of each row are loaded before any is used, so each warp
-// keeps several KiB in flight (decode is bound by how many bytes are on
-// their way from memory). With R = 2 each activation block a lane loads
-// serves two rows (half the activation traffic through L1 per weight byte).
-// With ssp the activations are x * norm weight unscaled: the sums are
-// multiplied by each token's RMS-norm scale.
-template <int TYPE, int NT, int R>
-__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
-                                                const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate,
-                                                const float *ssp, float eps) {
-    pdl_trigger();
-    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
-    if (row0 >= rows) return;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
-    const uint4 *wr[R];
-    const __half *dr[R];
 #pragma unroll
-    for (int i = 0; i < R; i++) { // a second row past the end reads the first again; its sum is not stored
-        const int r = row0 + i < rows ? row0 + i : row0;
-        wr[i] = (const uint4 *)(qs + (size_t)r * qrow);
-        dr[i] = wd + (size_t)r * dstride;
-    }
-    float acc[R][NT];
-    mv_dot<TYPE, NT, R>(wr, dr, k, aq, ad, acc);
+    for (int i = 0; i < R; i++)
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float sc = ssp ? mv_norm_scale(ssp, t, k, eps) : 1.0f;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const float sum = warp_sum(acc[i][t]) * sc;
+        for (int t = 0; t < NT; t++) {
+            const float sum = warp_sum(acc[i][t]);
             if (lane == 0 && row0 + i < rows) {
                 float *o = y + (size_t)t * ldy + row0 + i;
                 *o = accumulate ? *o + sum : sum;
             }
         }
-    }
-}
-
-// Decode products that also make the next product's activations, so no
-// separate normalization or activation kernel runs between them. A block
-// is 16 warps and owns 32 consecutive outputs: one activation block.
-//  k_matvec_residual (Wo, Wdown): x[t][r] += W[r] . act[t] for its 32 rows,
-//    then the next norm's activations of those rows: int8 blocks of
-//    x * wnext (without the RMS scale, which needs all of x: the consumer
-//    applies it from ssp_out, the blocks' sums of squares of x). wnext NULL:
-//    the residual only.
-//  k_matvec_swiglu (stacked [gate; up] of ff rows each): outputs j..j+31,
-//    warp w rows j+2w, j+2w+1 of gate and of up, h = silu(gate) * up as the
-//    down product's int8 activations.
-// Both read their own input activations with ssp_in as k_matvec does; the
-// caller alternates two activation buffers (input and output differ).
-#define EPI_WARPS 16
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(32 * EPI_WARPS) k_matvec_residual(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int k,
-                                                                    const int8_t *__restrict__ aq, const float2 *__restrict__ ad, const float *ssp_in,
-                                                                    float eps, float *x, int D, const float *__restrict__ wnext, int8_t *aq_out,
-                                                                    float2 *ad_out, float *ssp_out) {
-    pdl_trigger();
-    __shared__ float sx[NT][32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = blockIdx.x * 32, row0 = r0 + 2 * warp;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
-    const uint4 *wr[2] = {(const uint4 *)(qs + (size_t)row0 * qrow), (const uint4 *)(qs + (size_t)(row0 + 1) * qrow)};
-    const __half *dr[2] = {wd + (size_t)row0 * dstride, wd + (size_t)(row0 + 1) * dstride};
-    float acc[2][NT];
-    mv_dot<TYPE, NT, 2>(wr, dr, k, aq, ad, acc);
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float sc = ssp_in ? mv_norm_scale(ssp_in, t, k, eps) : 1.0f;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const float sum = warp_sum(acc[i][t]) * sc;
-            if (lane == 0) {
-                float *o = x + (size_t)t * D + row0 + i;
-                const float v = *o + sum;
-                *o = v;
-                sx[t][2 * warp + i] = v;
-            }
-        }
-    }
-    if (!wnext) return;
-    __syncthreads();
-    for (int t = warp; t < NT; t += EPI_WARPS) {
-        const float v = sx[t][lane];
-        const float ss = warp_sum(v * v);
-        store_act_warp(v * wnext[r0 + lane], t, blockIdx.x, D, ACT_Q8, aq_out, ad_out, NULL);
-        if (lane == 0) ssp_out[(size_t)t * (D / QK) + blockIdx.x] = ss;
-    }
-}
-
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(32 * EPI_WARPS) k_matvec_swiglu(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int k,
-                                                                  const int8_t *__restrict__ aq, const float2 *__restrict__ ad, const float *ssp_in,
-                                                                  float eps, int ff, int8_t *aq_out, float2 *ad_out) {
-    pdl_trigger();
-    __shared__ float sh[NT][32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, j = blockIdx.x * 32 + 2 * warp;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
-    const int rr[4] = {j, j + 1, ff + j, ff + j + 1};
-    const uint4 *wr[4];
-    const __half *dr[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        wr[i] = (const uint4 *)(qs + (size_t)rr[i] * qrow);
-        dr[i] = wd + (size_t)rr[i] * dstride;
-    }
-    float acc[4][NT];
-    mv_dot<TYPE, NT, 4>(wr, dr, k, aq, ad, acc);
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float sc = ssp_in ? mv_norm_scale(ssp_in, t, k, eps) : 1.0f;
-        const float g0 = warp_sum(acc[0][t]) * sc, g1 = warp_sum(acc[1][t]) * sc;
-        const float u0 = warp_sum(acc[2][t]) * sc, u1 = warp_sum(acc[3][t]) * sc;
-        if (lane == 0) {
-            sh[t][2 * warp] = silu(g0) * u0;
-            sh[t][2 * warp + 1] = silu(g1) * u1;
-        }
-    }
-    __syncthreads();
-    for (int t = warp; t < NT; t += EPI_WARPS) store_act_warp(sh[t][lane], t, blockIdx.x, ff, ACT_Q8, aq_out, ad_out, NULL);
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
@@ -961,6 +834,21 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
     const size_t slot = (((size_t)block * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
     if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
     else vp[slot + idx - qd - kv_dim] = __float2half(out);
+}
+
+// One warp writes one 32-value block of activations (lane = value): int8
+// quants with scale and scale x sum, and/or F16.
+__device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    const int lane = threadIdx.x & 31;
+    if (fmt & ACT_Q8) {
+        const float amax = warp_max(fabsf(v));
+        const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        const int q = __float2int_rn(v * id);
+        const int sum = warp_isum(q);
+        aq[(size_t)row * k + blk * QK + lane] = (int8_t)q;
+        if (lane == 0) ad[(size_t)row * (k / QK) + blk] = make_float2(d, d * (float)sum);
+    }
+    if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
 }
 
 // Attention for one (token, kv head, HG query heads of its group): W warps
@@ -1686,7 +1574,7 @@ static void unload(void *hv) {
         cudaEventDestroy(h->ev0);
         cudaEventDestroy(h->ev1);
     }
-    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->aq2, h->ad2, h->ssp, h->meta, h->blas_ws, h->tile_count};
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
     if (h->hlogits) cudaFreeHost(h->hlogits);
@@ -1768,7 +1656,6 @@ static int fused_blocks(const handle *h, int n) {
 }
 
 static int gemm_tile_known(int tile);
-static int epi_possible(const handle *h);
 
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
     handle *h = (handle *)calloc(1, sizeof(handle));
@@ -1821,12 +1708,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             }
         }
         h->mv_rows = mr && !strcmp(mr, "1") ? 1 : 2; /* 2: 379.0 vs 360.3 tok/s at 7B batch 1 on the H200 */
-        const char *ep = getenv("PLUMB_CUDA_EPI");
-        if (ep && strcmp(ep, "0") && strcmp(ep, "1")) {
-            snprintf(err, err_len, "PLUMB_CUDA_EPI wants 0 or 1 (decode products that make the next product's activations)");
-            goto fail;
-        }
-        h->epi = ep && !strcmp(ep, "1"); /* off until measured on a GPU */
     }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
     if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
@@ -1895,9 +1776,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->aq = (int8_t *)dev_alloc(h, (size_t)nb * max_k, err, err_len, "int8 activations")) ||
         !(h->ad = (float2 *)dev_alloc(h, (size_t)nb * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
         !(h->ah = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
-        !(h->aq2 = (int8_t *)dev_alloc(h, (size_t)MATVEC_MAX_N * max_k, err, err_len, "int8 activations")) ||
-        !(h->ad2 = (float2 *)dev_alloc(h, (size_t)MATVEC_MAX_N * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
-        !(h->ssp = (float *)dev_alloc(h, (size_t)MATVEC_MAX_N * (d->n_embd / QK + 1) * 4, err, err_len, "norm partial sums")) ||
         !(h->meta = (int *)dev_alloc(h, h->meta_ints * 4, err, err_len, "positions and block tables")) ||
         !(h->tile_count = (unsigned *)dev_alloc(h, TILE_COUNTERS * sizeof(unsigned), err, err_len, "split-K tile counters")))
         goto fail;
@@ -1907,7 +1785,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaMallocHost(&h->hmeta, h->meta_ints * 4), "pinned host memory");
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
     if (fused_setup(h, err, err_len)) goto fail;
-    h->epi_ok = epi_possible(h);
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     h->peak = h->bytes;
     return h;
@@ -1926,19 +1803,16 @@ static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     return f;
 }
 
-/* activations from aq0/ad0 (unscaled by the norm when ssp0 is set: see k_matvec) */
 template <int TYPE, int R>
-static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, const int8_t *aq0, const float2 *ad0,
-                            const float *ssp0) {
+static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const dim3 g((unsigned)grid((size_t)W->rows, 4 * R));
     const int nb = W->cols / QK;
     for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
         const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
-        const int8_t *aq = aq0 + (size_t)t0 * W->cols;
-        const float2 *ad = ad0 + (size_t)t0 * nb;
-        const float *ssp = ssp0 ? ssp0 + (size_t)t0 * nb : NULL;
+        const int8_t *aq = h->aq + (size_t)t0 * W->cols;
+        const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) launch(h, k_matvec<TYPE, NT, R>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate, ssp, h->desc.rms_eps)
+#define MV(NT) launch(h, k_matvec<TYPE, NT, R>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
         case 1: MV(1); break;
         case 2: MV(2); break;
@@ -1955,52 +1829,9 @@ static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, 
 
 /* rows per warp: PLUMB_CUDA_MV_ROWS=1|2 */
 template <int TYPE>
-static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, const int8_t *aq, const float2 *ad,
-                          const float *ssp) {
-    if (h->mv_rows == 2) launch_matvec_r<TYPE, 2>(h, W, n, y, ldy, accumulate, aq, ad, ssp);
-    else launch_matvec_r<TYPE, 1>(h, W, n, y, ldy, accumulate, aq, ad, ssp);
-}
-
-/* The decode products with an epilogue (k_matvec_residual / k_matvec_swiglu),
- * n <= MATVEC_MAX_N tokens, W quantized, 32 | its outputs. */
-template <int TYPE>
-static void launch_residual(handle *h, const dmat *W, int n, const int8_t *aq, const float2 *ad, const float *ssp_in, const float *wnext,
-                            int8_t *aq_out, float2 *ad_out) {
-    const dim3 g((unsigned)(W->rows / 32));
-#define MR(NT)                                                                                                                             \
-    launch(h, k_matvec_residual<TYPE, NT>, g, 32 * EPI_WARPS, 0, W->qs, W->d, W->dstride, W->cols, aq, ad, ssp_in, h->desc.rms_eps, h->x, \
-           W->rows, wnext, aq_out, ad_out, h->ssp)
-    switch (n) {
-    case 1: MR(1); break;
-    case 2: MR(2); break;
-    case 3: MR(3); break;
-    case 4: MR(4); break;
-    case 5: MR(5); break;
-    case 6: MR(6); break;
-    case 7: MR(7); break;
-    default: MR(8); break;
-    }
-#undef MR
-}
-template <int TYPE>
-static void launch_swiglu(handle *h, const dmat *W, int n, const int8_t *aq, const float2 *ad, const float *ssp_in, int8_t *aq_out,
-                          float2 *ad_out) {
-    const int ff = W->rows / 2;
-    const dim3 g((unsigned)(ff / 32));
-#define MS(NT)                                                                                                                             \
-    launch(h, k_matvec_swiglu<TYPE, NT>, g, 32 * EPI_WARPS, 0, W->qs, W->d, W->dstride, W->cols, aq, ad, ssp_in, h->desc.rms_eps, ff,     \
-           aq_out, ad_out)
-    switch (n) {
-    case 1: MS(1); break;
-    case 2: MS(2); break;
-    case 3: MS(3); break;
-    case 4: MS(4); break;
-    case 5: MS(5); break;
-    case 6: MS(6); break;
-    case 7: MS(7); break;
-    default: MS(8); break;
-    }
-#undef MS
+static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    if (h->mv_rows == 2) launch_matvec_r<TYPE, 2>(h, W, n, y, ldy, accumulate);
+    else launch_matvec_r<TYPE, 1>(h, W, n, y, ldy, accumulate);
 }
 
 template <int TYPE, int NF, int MA>
@@ -2109,8 +1940,8 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
 
 // y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
-    if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate, h->aq, h->ad, NULL);
-    else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate, h->aq, h->ad, NULL);
+    if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0) launch_gemm<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
@@ -2139,8 +1970,7 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
 }
 
 // With fmt, attention writes the output projection's activations itself.
-static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt, int8_t *aq,
-                             float2 *ad) {
+static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
     const plumb_backend_model_desc *d = &h->desc;
     const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
     /* query heads per block: up to 8 share each K/V load, but a decode step of a
@@ -2155,7 +1985,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     const size_t sm = (size_t)w * hg * (2 + hd) * 4;
 #define ATT(E, HG, W)                                                                                                                              \
     launch(h, k_attention<E, HG, W>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,          \
-           h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, aq, ad, h->ah)
+           h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
 #define ATT_E(HG, W)                                                                                                                               \
     do {                                                                                                                                           \
         if (hd <= 32) ATT(1, HG, W);                                                                                                               \
@@ -2220,67 +2050,6 @@ static void launch_fused(handle *h, int n, int max_blocks) {
     if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e;
 }
 
-/* quantized W over n <= MATVEC_MAX_N tokens, reading the given activations */
-static void matvec_from(handle *h, const dmat *W, int count, int n, float *y, int ldy, const int8_t *aq, const float2 *ad, const float *ssp) {
-    for (int i = 0, off = 0; i < count; off += W[i].rows, i++) {
-        if (W[i].type == TYPE_Q4_0) launch_matvec<TYPE_Q4_0>(h, &W[i], n, y + off, ldy, 0, aq, ad, ssp);
-        else launch_matvec<TYPE_Q8_0>(h, &W[i], n, y + off, ldy, 0, aq, ad, ssp);
-    }
-}
-static void residual_from(handle *h, const dmat *W, int n, const int8_t *aq, const float2 *ad, const float *ssp_in, const float *wnext,
-                          int8_t *aq_out, float2 *ad_out) {
-    if (W->type == TYPE_Q4_0) launch_residual<TYPE_Q4_0>(h, W, n, aq, ad, ssp_in, wnext, aq_out, ad_out);
-    else launch_residual<TYPE_Q8_0>(h, W, n, aq, ad, ssp_in, wnext, aq_out, ad_out);
-}
-
-/* Whether decode steps can run the products with epilogues: every matrix
- * quantized, gate/up stacked, 32 | the widths the epilogues' blocks cut. */
-static int epi_possible(const handle *h) {
-    const plumb_backend_model_desc *d = &h->desc;
-    if (!h->epi || d->n_embd % 32 || d->n_ff % 32 || d->head_dim % QK) return 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const dlayer *L = &h->layers[l];
-        for (int i = 0; i < L->n_qkv; i++) if (!quant_mat(&L->qkv[i])) return 0;
-        if (!quant_mat(&L->wo) || L->n_gu != 1 || !quant_mat(&L->gu[0]) || !quant_mat(&L->down)) return 0;
-    }
-    return 1;
-}
-
-/* A decode step through the products with epilogues. Activations alternate
- * between two buffers: A (h->aq: the q/k/v and gate/up products' input,
- * x * norm weight, RMS scale from h->ssp after layer 0) and B (h->aq2: the
- * attention output, silu(gate) * up). Per layer 5 kernels (norm, rope+cache,
- * attention, Wo+residual+norm, gate/up+swiglu, down+residual+norm) instead
- * of 8; rms_norm runs only before layer 0 and, when not every token wants
- * logits, before the head. */
-static int run_layers_epi(handle *h, int n, int n_out, int max_blocks, char *err, size_t err_len) {
-    const plumb_backend_model_desc *d = &h->desc;
-    const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ldq = qd + 2 * kv_dim;
-    const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
-    const int head_direct = d->has_head && n_out == n && quant_mat(&h->output);
-    launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, h->layers[0].attn_norm, D, d->rms_eps, ACT_Q8, h->aq, h->ad, h->ah);
-    for (int l = 0; l < d->n_layers; l++) {
-        const dlayer *L = &h->layers[l];
-        const float *ssp = l ? h->ssp : NULL; /* layer 0's activations come scaled from k_rmsnorm_act */
-        matvec_from(h, L->qkv, L->n_qkv, n, h->qkv, ldq, h->aq, h->ad, ssp);
-        launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq,
-               table, max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        launch_attention(h, n, l, pos, seq, table, max_blocks, ACT_Q8, h->aq2, h->ad2);
-        residual_from(h, &L->wo, n, h->aq2, h->ad2, NULL, L->ffn_norm, h->aq, h->ad);
-        if (L->gu[0].type == TYPE_Q4_0) launch_swiglu<TYPE_Q4_0>(h, &L->gu[0], n, h->aq, h->ad, h->ssp, h->aq2, h->ad2);
-        else launch_swiglu<TYPE_Q8_0>(h, &L->gu[0], n, h->aq, h->ad, h->ssp, h->aq2, h->ad2);
-        const float *wnext = l + 1 < d->n_layers ? h->layers[l + 1].attn_norm : head_direct ? h->output_norm : NULL;
-        residual_from(h, &L->down, n, h->aq2, h->ad2, NULL, wnext, h->aq, h->ad);
-    }
-    if (!d->has_head || !n_out) return 0;
-    if (head_direct) {
-        matvec_from(h, &h->output, 1, n, h->logits, d->n_vocab, h->aq, h->ad, h->ssp);
-        return 0;
-    }
-    launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
-    return matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len);
-}
-
 static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, char *err, size_t err_len) {
     h->step_n = n;
     h->launch_err = cudaSuccess;
@@ -2288,19 +2057,17 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
     if (d->n_rot > 0) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
-    const int epi = !fused && n <= MATVEC_MAX_N && h->epi_ok;
     if (fused) launch_fused(h, n, max_blocks);
-    else if (epi && run_layers_epi(h, n, n_out, max_blocks, err, err_len)) return -1;
-    for (int l = 0; !fused && !epi && l < d->n_layers; l++) {
+    for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
         launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
         if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
         launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        if (d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo, h->aq, h->ad); /* writes wo's activations */
+        if (d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
         else {
-            launch_attention(h, n, l, pos, seq, table, max_blocks, 0, h->aq, h->ad);
+            launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
         }
         if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
@@ -2309,7 +2076,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
         launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
         if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
     }
-    if (d->has_head && n_out && !epi) {
+    if (d->has_head && n_out) {
         launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
         if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
