@@ -161,7 +161,7 @@ gemm)
     done
     ;;
 tiles)
-    tiles=${TILES:-"2x2x2x2x1 4x1x2x2x1 2x2x2x4x1 2x2x2x4x2 4x1x2x4x2 2x2x2x8x2 2x2x2x8x4 2x2x4x4x2"}
+    tiles=${TILES:-"2x2x2x2x1 4x1x2x2x1 2x2x2x4x1 2x2x2x4x2 4x1x2x4x2 2x2x2x8x2 2x2x2x8x4 2x2x4x4x2 2x2x2x4x1x4 4x1x2x2x1x4"}
     for q in q4_0 q8_0; do
         m=$(model tinyllama-1.1b $q)
         for tile in $tiles; do
@@ -181,9 +181,9 @@ tiles)
         PLUMB_CUDA_SPLITK=$sk PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/splits-$sk" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     done 2>&1 | tee "$OUT/splits-7b.txt"
-    echo "== PLUMB_CUDA_SPLIT_SUM=kernel (the earlier second kernel)"
-    PLUMB_CUDA_SPLIT_SUM=kernel PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
-        --no-quality -o "$OUT/splitsum-kernel" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
+    echo "== PLUMB_CUDA_SPLIT_SUM=inline (split-K partials added by each tile's last split)"
+    PLUMB_CUDA_SPLIT_SUM=inline PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+        --no-quality -o "$OUT/splitsum-inline" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -580,9 +580,9 @@ __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, 
 // 8 rows x 4 words a fragment load touches in 32 different banks.
 
 // a block shape as one number (PLUMB_CUDA_GEMM_TILE)
-#define GI_CODE(WM, WN, MT, NB, KS) (WM * 10000 + WN * 1000 + MT * 100 + NB * 10 + KS)
+#define GI_CODE(WM, WN, MT, NB, KS, MB) (WM * 100000 + WN * 10000 + MT * 1000 + NB * 100 + KS * 10 + MB)
 
-template <int TYPE, int WM, int WN, int MT, int NB, int KS>
+template <int TYPE, int WM, int WN, int MT, int NB, int KS, int MB>
 struct gemm_i8_smem {
     static constexpr int BM = 16 * MT * WM, BN = 32 * WN, THREADS = 32 * WM * WN * KS, KC = NB * QK;
     static constexpr int WROW = (TYPE == TYPE_Q4_0 ? 16 : 32) * NB; // quant bytes of a row in one slice
@@ -592,7 +592,8 @@ struct gemm_i8_smem {
     static constexpr int STAGE_A = BN * ALD;
     static constexpr int STAGE_AD = BN * 8 * NB;                     // NB float2 (d, d * sum) a token
     static constexpr int STAGE = STAGE_W + STAGE_WD + STAGE_A + STAGE_AD;
-    static constexpr int STAGES = 4 * STAGE <= 120 * 1024 ? 4 : 3 * STAGE <= 200 * 1024 ? 3 : 2; // (wide slices: fewer fit)
+    static constexpr int FIT = 227 * 1024 / MB - 1024;                 // shared memory a block may take with MB a multiprocessor
+    static constexpr int STAGES = 4 * STAGE <= 120 * 1024 && 4 * STAGE <= FIT ? 4 : 3 * STAGE <= 200 * 1024 && 3 * STAGE <= FIT ? 3 : 2; // (wide slices: fewer fit)
     static constexpr int BYTES = STAGES * STAGE;
 };
 
@@ -609,11 +610,11 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], int b0, int b1)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
-template <int TYPE, int WM, int WN, int MT, int NB, int KS>
-__global__ void __launch_bounds__(32 * WM * WN * KS) k_gemm_i8(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+template <int TYPE, int WM, int WN, int MT, int NB, int KS, int MB>
+__global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                           const int8_t *__restrict__ aq, const float2 *__restrict__ ad, int n, float *C, int ldc,
                                                           int accumulate, int chunks_per_split, float *partial, unsigned *tile_count) {
-    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB, KS> L;
+    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB, KS, MB> L;
     constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = L::STAGES, KC = L::KC;
     constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32; // quant bytes a block
     extern __shared__ __align__(128) unsigned char smem[];
@@ -1699,11 +1700,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->gemm_i8 = !(gk && !strcmp(gk, "f16"));
         if (gt) {
-            int wm, wn, mt, nbk, ks;
-            if (sscanf(gt, "%dx%dx%dx%dx%d", &wm, &wn, &mt, &nbk, &ks) != 5 || wm < 1 || wm > 9 || wn < 1 || wn > 9 || mt < 1 || mt > 9 || nbk < 1 ||
-                nbk > 9 || ks < 1 || ks > 9 || !gemm_tile_known(h->gemm_tile = GI_CODE(wm, wn, mt, nbk, ks))) {
-                snprintf(err, err_len, "PLUMB_CUDA_GEMM_TILE wants WMxWNxMTxNBxKS, one of the built shapes (2x2x2x2x1, 4x1x2x2x1, 2x2x2x4x1, 2x2x2x4x2, "
-                                       "4x1x2x4x2, 2x2x2x8x2, 2x2x2x8x4, 2x2x4x4x2)");
+            int wm, wn, mt, nbk, ks, mb = 1;
+            const int got = sscanf(gt, "%dx%dx%dx%dx%dx%d", &wm, &wn, &mt, &nbk, &ks, &mb);
+            if ((got != 5 && got != 6) || wm < 1 || wm > 9 || wn < 1 || wn > 9 || mt < 1 || mt > 9 || nbk < 1 || nbk > 9 || ks < 1 || ks > 9 ||
+                mb < 1 || mb > 9 || !gemm_tile_known(h->gemm_tile = GI_CODE(wm, wn, mt, nbk, ks, mb))) {
+                snprintf(err, err_len, "PLUMB_CUDA_GEMM_TILE wants WMxWNxMTxNBxKS[xMB], one of the built shapes (2x2x2x2x1, 4x1x2x2x1, 2x2x2x4x1, 2x2x2x4x2, "
+                                       "4x1x2x4x2, 2x2x2x8x2, 2x2x2x8x4, 2x2x4x4x2, 2x2x2x4x1x4, 4x1x2x2x1x4)");
                 goto fail;
             }
         }
@@ -1844,20 +1846,24 @@ static cudaError_t gemm_allow_smem_one() {
 
 // the int8 GEMM's block shapes: warps (rows x tokens), 16-row products per warp, blocks per slice
 // (and KS, groups of warps that split each slice's blocks)
-#define GI_CONFIGS(X) X(2, 2, 2, 2, 1) X(4, 1, 2, 2, 1) X(2, 2, 2, 4, 1) X(2, 2, 2, 4, 2) X(4, 1, 2, 4, 2) X(2, 2, 2, 8, 2) X(2, 2, 2, 8, 4) X(2, 2, 4, 4, 2)
+// (and KS, groups of warps that split each slice's blocks; MB > 1: registers and stages capped so
+// MB blocks fit a multiprocessor)
+#define GI_CONFIGS(X)                                                                                                                      \
+    X(2, 2, 2, 2, 1, 1) X(4, 1, 2, 2, 1, 1) X(2, 2, 2, 4, 1, 1) X(2, 2, 2, 4, 2, 1) X(4, 1, 2, 4, 2, 1) X(2, 2, 2, 8, 2, 1) X(2, 2, 2, 8, 4, 1)        \
+        X(2, 2, 4, 4, 2, 1) X(2, 2, 2, 4, 1, 4) X(4, 1, 2, 2, 1, 4)
 
-template <int TYPE, int WM, int WN, int MT, int NB, int KS>
+template <int TYPE, int WM, int WN, int MT, int NB, int KS, int MB>
 static cudaError_t gemm_i8_allow_smem_one() {
-    cudaError_t e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         gemm_i8_smem<TYPE, WM, WN, MT, NB, KS>::BYTES);
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB, KS, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         gemm_i8_smem<TYPE, WM, WN, MT, NB, KS, MB>::BYTES);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB, KS>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB, KS, MB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return e;
 }
 
 // the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
-#define GI_ALLOW(WM, WN, MT, NB, KS) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS>(),
+#define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
     const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW)
 #undef GI_ALLOW
                              gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
@@ -1881,33 +1887,35 @@ static int split_k(const handle *h, int blocks, int chunks, int n, int rows, int
     return (chunks + *cps - 1) / *cps;
 }
 
-template <int TYPE, int WM, int WN, int MT, int NB, int KS>
+template <int TYPE, int WM, int WN, int MT, int NB, int KS, int MB>
 static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB, KS> L;
+    typedef gemm_i8_smem<TYPE, WM, WN, MT, NB, KS, MB> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, L::BN);
     int cps;
     const int splits = split_k(h, row_blocks * tok_blocks, (W->cols / QK + NB - 1) / NB, n, W->rows, &cps);
     const int inl = h->split_inline && row_blocks * tok_blocks <= TILE_COUNTERS;
-    launch(h, k_gemm_i8<TYPE, WM, WN, MT, NB, KS>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows,
+    launch(h, k_gemm_i8<TYPE, WM, WN, MT, NB, KS, MB>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows,
            W->cols, h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, inl ? h->tile_count : NULL);
     if (splits > 1 && !inl)
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
 
 /* block shape: gemm_tile (PLUMB_CUDA_GEMM_TILE=WMxWNxMTxNBxKS, one of
- * GI_CONFIGS) or by batch size: 4x1x2x2x1 up to 32 tokens, 2x2x2x4x1 above
- * (53.0 vs 61.7 us a call for 2x2x2x2x1 at 7B batch 64 on the H200) */
+ * GI_CONFIGS) or by batch size: 4x1x2x2x1 up to 32 tokens, 2x2x2x4x1x4 above
+ * (53.0 vs 61.7 us a call for 2x2x2x2x1 at 7B batch 64 on the H200; capping
+ * it at 128 registers and 3 stages so 4 blocks fit an SM: 65.3 vs 76.2 us on
+ * another H200 machine, side by side) */
 template <int TYPE>
 static void launch_gemm_i8(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->gemm_tile ? h->gemm_tile : n <= 32 ? GI_CODE(4, 1, 2, 2, 1) : GI_CODE(2, 2, 2, 4, 1);
-#define GI_LAUNCH(WM, WN, MT, NB, KS) \
-    if (tile == GI_CODE(WM, WN, MT, NB, KS)) return launch_gemm_i8_t<TYPE, WM, WN, MT, NB, KS>(h, W, n, y, ldy, accumulate);
+    const int tile = h->gemm_tile ? h->gemm_tile : n <= 32 ? GI_CODE(4, 1, 2, 2, 1, 1) : GI_CODE(2, 2, 2, 4, 1, 4);
+#define GI_LAUNCH(WM, WN, MT, NB, KS, MB) \
+    if (tile == GI_CODE(WM, WN, MT, NB, KS, MB)) return launch_gemm_i8_t<TYPE, WM, WN, MT, NB, KS, MB>(h, W, n, y, ldy, accumulate);
     GI_CONFIGS(GI_LAUNCH)
 #undef GI_LAUNCH
 }
 
 static int gemm_tile_known(int tile) {
-#define GI_KNOWN(WM, WN, MT, NB, KS) if (tile == GI_CODE(WM, WN, MT, NB, KS)) return 1;
+#define GI_KNOWN(WM, WN, MT, NB, KS, MB) if (tile == GI_CODE(WM, WN, MT, NB, KS, MB)) return 1;
     GI_CONFIGS(GI_KNOWN)
 #undef GI_KNOWN
     return 0;
