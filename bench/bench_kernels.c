@@ -1,7 +1,9 @@
 /* bench_kernels.c — matrix-vector throughput per weight type and kernel set,
  * against this machine's read bandwidth measured in the same run.
  *
- *   make bench-kernels && build/bench-kernels [rows cols]
+ *   make bench-kernels && build/bench-kernels [rows cols [TYPES]]
+ *
+ * TYPES is a comma-separated list of type names (e.g. q4_0,q8_0); default all.
  *
  * For each type: GB/s of weights streamed by plumb_matmul (one token) at 1
  * thread and all threads, as a fraction of the measured read bandwidth.
@@ -10,11 +12,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../core/util.h"
 #include "../quant/quant.h"
 #include "../simd/kernels.h"
 #include "stats.h"
+
+/* Whether NAME is in the comma-separated LIST (case-insensitive). */
+static int name_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncasecmp(p, name, n)) return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
     const int rows = argc > 2 ? atoi(argv[1]) : 5632, cols = argc > 2 ? atoi(argv[2]) : 2048;
@@ -29,6 +44,7 @@ int main(int argc, char **argv) {
     /* Several copies of the matrix so consecutive reps read from memory, not cache. */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const plumb_type_traits *t = plumb_type_get(types[ti]);
+        if (argc > 3 && !name_listed(argv[3], t->name)) continue;
         const size_t rb = plumb_type_row_bytes(types[ti], (uint64_t)cols), bytes = rb * (size_t)rows;
         /* 1 GiB of copies: well beyond the last-level cache */
         const int copies = (int)(1.1e9 / (double)bytes) + 2 > 256 ? 256 : (int)(1.1e9 / (double)bytes) + 2;

@@ -13,9 +13,14 @@
 #          AB_SWITCHES=0 without programmatic dependent launch and without CUDA graphs;
 #          with AB_PLUGIN=path, through that (older) plugin in the same binary
 #   variants  kernel switches side by side on the 7B file, batch 1 and 64:
-#          PLUMB_CUDA_MV_ROWS=1|2 (decode rows per warp) and PLUMB_CUDA_GEMM_ROWS=32|16
+#          PLUMB_CUDA_MV_ROWS=1|2 (decode rows per warp; default now auto, see mv) and PLUMB_CUDA_GEMM_ROWS=32|16
 #          (batch GEMM rows per warp), after a correctness check of the
 #          2-row decode kernel on the synthetic TinyLlama (chunks of 8)
+#   mv     the decode matrix-vector kernels: PLUMB_CUDA_MV_ROWS=1/auto against the CPU
+#          (synthetic TinyLlama Q4_0/Q8_0 and the real models, chunks of 8), per-matrix time
+#          and GB/s of every shape (PLUMB_CUDA_MVBENCH=1: 7B Q4_0, TinyLlama Q8_0; 1 and 8
+#          tokens), 7B batch 1 alternating MV_ROWS (MV_AB, default "2 auto 2 auto"), and the
+#          batch-1 step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP)
 #   fused  the fused decode kernel (PLUMB_CUDA_FUSED=1): step-by-step check against the
 #          separate kernels, greedy ids vs the CPU, and 7B batch 1/8 with it off and on
 #   gemm   the int8 tensor-core batch GEMM (PLUMB_CUDA_GEMM=i8) against the CPU at
@@ -113,6 +118,40 @@ variants)
         env PLUMB_CUDA_TIMING=1 PLUMB_CUDA_${v% *} PLUMB_CUDA_${v#* } $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 \
             --no-quality -o "$OUT/variants-$tag" 2>&1 | tee "$OUT/variants-$tag.txt" | grep -E "^\| models|rror|plumb-cuda"
     done
+    ;;
+mv)
+    {
+        for q in q4_0 q8_0; do
+            m=$(model tinyllama-1.1b $q)
+            for v in 1 auto; do
+                echo "== synthetic TinyLlama $q, PLUMB_CUDA_MV_ROWS=$v, chunks of 8: $( (export PLUMB_CUDA_MV_ROWS=$v; compare "$m" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            done
+        done
+        for mm in stories260K.gguf TinyStories-656K-Q8_0.gguf; do
+            echo "== $mm, PLUMB_CUDA_MV_ROWS=1, greedy ids CPU exact vs GPU"
+            $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids --exact 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-cpu.txt"
+            PLUMB_CUDA_MV_ROWS=1 $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids" > "$OUT/ids-gpu.txt"
+            cmp -s "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt" && echo "greedy ids identical" || { echo "greedy ids DIFFER"; cat "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt"; }
+            echo "-- -c 8: $( (export PLUMB_CUDA_MV_ROWS=1; compare "$S/models/$mm" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        done
+    } 2>&1 | tee "$OUT/mv-check.txt"
+    for mq in llama2-7b:q4_0 tinyllama-1.1b:q8_0; do
+        m=$(model ${mq%:*} ${mq#*:})
+        PLUMB_CUDA_MVBENCH=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 8 -p 16 -n 2 --reps 1 --warmup 0 --no-quality \
+            -o "$OUT/mvbench" 2>&1 | grep -E "mvbench|rror"
+    done 2>&1 | tee "$OUT/mvbench.txt"
+    m=$(model llama2-7b q4_0)
+    for v in ${MV_AB:-2 auto 2 auto}; do
+        echo "== PLUMB_CUDA_MV_ROWS=$v"
+        PLUMB_CUDA_MV_ROWS=$v timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 32 --reps 5 \
+            --no-quality -o "$OUT/mv-$v" 2>&1 | grep -E "^\| models|rror"
+    done 2>&1 | tee "$OUT/mv-ab.txt"
+    # where batch-1 time goes: the same step with the products left out, then with everything else left out
+    for sk in products others; do
+        echo "== PLUMB_CUDA_SKIP=$sk (timing only)"
+        PLUMB_CUDA_SKIP=$sk PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 32 --reps 3 \
+            --no-quality -o "$OUT/skip-$sk" 2>&1 | grep -E "^\| models|rror|plumb-cuda.*step"
+    done 2>&1 | tee "$OUT/skip.txt"
     ;;
 fused)
     # the fused decode kernel: step-by-step check against the separate kernels,

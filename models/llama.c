@@ -194,12 +194,10 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
     }
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
 int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out) {
     const plumb_model *m = c->model;
     const plumb_hparams *hp = &m->hp;
-    const int d = hp->n_embd, kv_dim = c->kv_dim, ff = hp->n_ff, exact = c->p.exact;
+    const int d = hp->n_embd, kv_dim = c->kv_dim, exact = c->p.exact;
     float cs[n][hp->n_rot / 2], sn[n][hp->n_rot / 2];
 
     /* x[t] = token embedding                                 x: [n][d] */
@@ -240,10 +238,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
 
         /* feed-forward block: down(silu(gate(x)) * up(x)) */
         for (int t = 0; t < n; t++) rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, L->ffn_norm.data, d, hp->rms_eps);
-        const plumb_matrix *gate_up[2] = {&L->w_gate, &L->w_up};
-        float *gate_up_out[2] = {c->hb, c->hb2};
-        plumb_matmul_n(gate_up, 2, c->xb, n, gate_up_out, c->act_buf, exact); /* hb, hb2: [n][ff] */
-        for (size_t i = 0; i < (size_t)n * ff; i++) c->hb[i] = silu(c->hb[i]) * c->hb2[i];
+        plumb_matmul_swiglu(&L->w_gate, &L->w_up, c->xb, n, c->hb, c->hb2, c->act_buf, exact); /* hb: [n][ff] */
         plumb_matmul(&L->w_down, c->hb, n, c->xb, c->act_buf, exact); /* xb: [n][d] */
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
     }

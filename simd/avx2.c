@@ -201,6 +201,9 @@ const plumb_kernels *plumb_kernels_avx2_vnni(void) { return NULL; }
  * tokens share every weight load (prefill, batched decode). ---- */
 #if defined(__x86_64__)
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#ifndef PF512 /* prefetch distance of the 512-bit kernels: as PREFETCH_AHEAD */
+#define PF512 4096
+#endif
 
 T512 static inline int32_t load_i32_512(const void *p) {
     int32_t v;
@@ -254,8 +257,8 @@ T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, con
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 32, w1 += 16 + 8 * 32) {
         for (int l = 0; l < 272; l += 64) {
-            _mm_prefetch((const char *)w0 + 2048 + l, _MM_HINT_T0);
-            _mm_prefetch((const char *)w1 + 2048 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)w0 + PF512 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)w1 + PF512 + l, _MM_HINT_T0);
         }
         __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
         for (int s = 0; s < 8; s++) {
@@ -293,9 +296,9 @@ T512 static void dot8_q4_0_avx512(int n, const void *wv, const void *av, float *
     const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
     __m256 acc = _mm256_setzero_ps();
     for (int b = 0; b < n / 32; b++, w += 16 + 8 * 16) {
-        _mm_prefetch((const char *)w + 2048, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + 2048 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + 2048 + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
         /* activation dwords 0-3 pair with the low nibbles of steps 0-3, dwords 4-7 with the high ones */
         const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
         const __m512i x01 = _mm512_loadu_si512((const void *)(w + 16)), x23 = _mm512_loadu_si512((const void *)(w + 16 + 64));
@@ -319,7 +322,7 @@ T512 static void dot8_q8_0_avx512(int n, const void *wv, const void *av, float *
     const __m512i idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     __m256 acc = _mm256_setzero_ps();
     for (int b = 0; b < n / 32; b++, w += 16 + 8 * 32) {
-        for (int l = 0; l < 272; l += 64) _mm_prefetch((const char *)w + 2048 + l, _MM_HINT_T0);
+        for (int l = 0; l < 272; l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
         const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
         __m512i i0 = zero, i1 = zero;
         for (int s = 0; s < 4; s += 2) {

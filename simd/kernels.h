@@ -102,6 +102,12 @@ void plumb_matmul_set_thread_copy(int copy);
  * activations quantized once; otherwise it is plumb_matmul per matrix. */
 void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact);
 
+/* The feed-forward's SwiGLU: out[t][i] = silu(x[t] . gate[i]) * (x[t] . up[i]),
+ * out and scratch [n_tok][gate->rows] (scratch holds up's products where the
+ * two are not computed side by side: several tokens, exact, unpacked). */
+void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const float *x, int n_tok, float *out, float *scratch, void *act_buf,
+                         int exact);
+
 /* Row r of W as floats (for embedding lookup). */
 void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out);
 

@@ -1,5 +1,6 @@
 /* matmul.c — kernel selection and the matrix-vector / matrix-matrix driver. */
 #include <dlfcn.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,5 +392,38 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
         const int64_t gi = g - first[i];
         const uint8_t *wg = packed_for_thread(W[i]) + (size_t)gi * 8 * W[i]->row_bytes;
         dot8((int)W[i]->cols, wg, act_buf, y[i] + 8 * gi);
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* For one token over repacked weights, each iteration takes the same 8-row
+ * group of gate and up and writes its 8 outputs, so the SwiGLU is spread
+ * over the threads and done while the group is in cache, without a second
+ * pass over two [ff] vectors on one thread. */
+void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const float *x, int n_tok, float *out, float *scratch, void *act_buf,
+                         int exact) {
+    const plumb_kernels *k = plumb_kernels_active();
+    const int fused = n_tok == 1 && !exact && k != plumb_kernels_scalar() && gate->packed && up->packed && gate->type == up->type &&
+                      gate->rows == up->rows && gate->cols == up->cols && k->dot8[gate->type] && plumb_type_get(gate->type)->act == PLUMB_ACT_Q8;
+    const int64_t ff = gate->rows;
+    if (!fused) {
+        const plumb_matrix *gu[2] = {gate, up};
+        float *ys[2] = {out, scratch};
+        plumb_matmul_n(gu, 2, x, n_tok, ys, act_buf, exact);
+        const size_t n = (size_t)n_tok * (size_t)ff;
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (size_t i = 0; i < n; i++) out[i] = silu(out[i]) * scratch[i];
+        return;
+    }
+    k->quantize_q8a(x, act_buf, gate->cols);
+    const plumb_dot8_fn dot8 = k->dot8[gate->type];
+    const size_t group_bytes = 8 * gate->row_bytes;
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < ff / 8; g++) {
+        float g8[8], u8[8];
+        dot8((int)gate->cols, packed_for_thread(gate) + (size_t)g * group_bytes, act_buf, g8);
+        dot8((int)up->cols, packed_for_thread(up) + (size_t)g * group_bytes, act_buf, u8);
+        for (int i = 0; i < 8; i++) out[8 * g + i] = silu(g8[i]) * u8[i];
     }
 }

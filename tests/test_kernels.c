@@ -109,3 +109,43 @@ Test(kernels, matmul_n_equals_separate) {
         free(x); free(row); free(act);
     }
 }
+
+/* The SwiGLU product equals the two products followed by silu(g) * u, one
+ * token over repacked weights (side by side per row group) and three tokens
+ * (separate products). */
+Test(kernels, matmul_swiglu_equals_products_then_silu) {
+    const int cols = 256, rows = 48;
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 11);
+    const uint32_t types[2] = {PLUMB_TYPE_Q4_0, PLUMB_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++)
+        for (int n_tok = 1; n_tok <= 3; n_tok += 2) {
+            const plumb_type_traits *t = plumb_type_get(types[ti]);
+            const size_t rb = plumb_type_row_bytes(types[ti], cols);
+            plumb_matrix m[2];
+            uint8_t *w[2];
+            float *x = malloc(sizeof(float) * cols * n_tok), *row = malloc(sizeof(float) * cols);
+            kc_random(x, cols * n_tok, &rng, 1.0f);
+            for (int i = 0; i < 2; i++) {
+                w[i] = malloc(rb * rows);
+                for (int r = 0; r < rows; r++) { kc_random(row, cols, &rng, 0.3f); t->from_float(row, w[i] + (size_t)r * rb, cols); }
+                m[i] = (plumb_matrix){types[ti], rows, cols, rb, w[i], "m", NULL, 0, {NULL}};
+                plumb_matrix_repack(&m[i]);
+            }
+            float *out = calloc((size_t)rows * n_tok, sizeof(float)), *scratch = calloc((size_t)rows * n_tok, sizeof(float));
+            float *g = calloc((size_t)rows * n_tok, sizeof(float)), *u = calloc((size_t)rows * n_tok, sizeof(float));
+            void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, n_tok) + 64);
+            plumb_matmul_swiglu(&m[0], &m[1], x, n_tok, out, scratch, act, 0);
+            plumb_matmul(&m[0], x, n_tok, g, act, 0);
+            plumb_matmul(&m[1], x, n_tok, u, act, 0);
+            int nonzero = 0;
+            for (int i = 0; i < rows * n_tok; i++) {
+                const float want = g[i] / (1.0f + expf(-g[i])) * u[i];
+                cr_expect_float_eq(out[i], want, 1e-5f * (1 + fabsf(want)), "%s n_tok %d [%d]: %g vs %g", t->name, n_tok, i, out[i], want);
+                nonzero += out[i] != 0;
+            }
+            cr_expect_gt(nonzero, rows * n_tok / 2, "%s: the outputs are mostly zero", t->name);
+            for (int i = 0; i < 2; i++) { plumb_dealloc((void *)m[i].packed); free(w[i]); }
+            free(x); free(row); free(out); free(scratch); free(g); free(u); free(act);
+        }
+}

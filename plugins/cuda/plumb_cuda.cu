@@ -119,7 +119,8 @@ struct handle {
     int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
     cudaError_t launch_err;      // first failed launch of the step
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
-    int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2; default 2)
+    int skip;                                  // PLUMB_CUDA_SKIP=products|others: a timing experiment that leaves those kernels out (results are garbage)
+    int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2|auto): 1, 2 or MV_AUTO
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_i8;                               // batches: the int8 tensor-core GEMM (PLUMB_CUDA_GEMM=i8, default) or the F16 one (=f16)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
@@ -284,85 +285,83 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
     }
 }
 
-// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per R rows (R = 1 or 2).
-// Each lane takes 32-value blocks lane, lane+32, ...; the quants of up to
-// MV_DEPTH blocks of each row are loaded before any is used, so each warp
-// keeps several KiB in flight (decode is bound by how many bytes are on
-// their way from memory). With R = 2 each activation block a lane loads
-// serves two rows (half the activation traffic through L1 per weight byte).
-#define MV_DEPTH 8
-template <int TYPE, int NT, int R>
-__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
-                                                const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
-    pdl_trigger();
-    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
-    if (row0 >= rows) return;
-    const int nb = k / QK;
-    constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2; // 16-byte loads per block
-    constexpr int DEPTH = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / R;
+#define MV_DEPTH 8 // 16-byte loads a lane has in flight, over its rows, in the default shapes
+#define MV_AUTO 0  // rows per warp chosen per product (launch_matvec)
+#define SKIP_PRODUCTS 1 // PLUMB_CUDA_SKIP: which kernels a timing experiment leaves out
+#define SKIP_OTHERS 2
+
+// DEPTH blocks a lane (b0, b0 + 32, ...) of R rows from row0, in registers:
+// the unit of loading of the decode products.
+template <int TYPE, int R, int DEPTH>
+struct mv_chunk {
+    uint4 w[DEPTH][R][TYPE == TYPE_Q4_0 ? 1 : 2]; // 16-byte loads of quants
+    float dw[DEPTH][R];                           // block scales
+};
+
+template <int TYPE, int R, int DEPTH>
+__device__ __forceinline__ void mv_load(mv_chunk<TYPE, R, DEPTH> &c, const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride,
+                                        int rows, int k, int row0, int b0) {
+    constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2;
     const size_t qrow = TYPE == TYPE_Q4_0 ? k / 2 : k;
-    const uint4 *wr[R];
-    const __half *dr[R];
+    const int nb = k / QK;
 #pragma unroll
-    for (int i = 0; i < R; i++) { // a second row past the end reads the first again; its sum is not stored
+    for (int i = 0; i < R; i++) { // a row past the end reads the first again; its sum is not stored
         const int r = row0 + i < rows ? row0 + i : row0;
-        wr[i] = (const uint4 *)(qs + (size_t)r * qrow);
-        dr[i] = wd + (size_t)r * dstride;
-    }
-    int waited = 0; // the first weights are loaded before waiting for the activations
-    float acc[R][NT];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[i][t] = 0;
-    for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
-        uint4 w[DEPTH][R][U];
-        float dw[DEPTH][R];
+        const uint4 *wr = (const uint4 *)(qs + (size_t)r * qrow);
+        const __half *dr = wd + (size_t)r * dstride;
 #pragma unroll
         for (int u = 0; u < DEPTH; u++) {
             const int b = b0 + 32 * u;
             if (b < nb) {
 #pragma unroll
-                for (int i = 0; i < R; i++) {
-#pragma unroll
-                    for (int v = 0; v < U; v++) w[u][i][v] = __ldg(wr[i] + (size_t)b * U + v);
-                    dw[u][i] = __half2float(dr[i][b]);
-                }
-            }
-        }
-        if (!waited) { pdl_wait(); waited = 1; }
-#pragma unroll
-        for (int u = 0; u < DEPTH; u++) {
-            const int b = b0 + 32 * u;
-            if (b >= nb) break;
-            int lo[R][8];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (TYPE == TYPE_Q4_0) {
-                    const uint4 q = w[u][i][0];
-                    lo[i][0] = q.x & 0x0F0F0F0F; lo[i][1] = q.y & 0x0F0F0F0F; lo[i][2] = q.z & 0x0F0F0F0F; lo[i][3] = q.w & 0x0F0F0F0F;
-                    lo[i][4] = (q.x >> 4) & 0x0F0F0F0F; lo[i][5] = (q.y >> 4) & 0x0F0F0F0F; lo[i][6] = (q.z >> 4) & 0x0F0F0F0F; lo[i][7] = (q.w >> 4) & 0x0F0F0F0F;
-                } else {
-                    const uint4 q0 = w[u][i][0], q1 = w[u][i][U - 1];
-                    lo[i][0] = q0.x; lo[i][1] = q0.y; lo[i][2] = q0.z; lo[i][3] = q0.w; lo[i][4] = q1.x; lo[i][5] = q1.y; lo[i][6] = q1.z; lo[i][7] = q1.w;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
-                const int4 a0 = xa[0], a1 = xa[1];
-                const float2 sd = ad[(size_t)t * nb + b];
-#pragma unroll
-                for (int i = 0; i < R; i++) {
-                    int sdot = __dp4a(lo[i][0], a0.x, 0);
-                    sdot = __dp4a(lo[i][1], a0.y, sdot); sdot = __dp4a(lo[i][2], a0.z, sdot); sdot = __dp4a(lo[i][3], a0.w, sdot);
-                    sdot = __dp4a(lo[i][4], a1.x, sdot); sdot = __dp4a(lo[i][5], a1.y, sdot); sdot = __dp4a(lo[i][6], a1.z, sdot); sdot = __dp4a(lo[i][7], a1.w, sdot);
-                    acc[i][t] += TYPE == TYPE_Q4_0 ? dw[u][i] * (sd.x * (float)sdot - 8.0f * sd.y) : dw[u][i] * sd.x * (float)sdot;
-                }
+                for (int v = 0; v < U; v++) c.w[u][i][v] = __ldg(wr + (size_t)b * U + v);
+                c.dw[u][i] = __half2float(dr[b]);
             }
         }
     }
-    if (!waited) pdl_wait();
+}
+
+// acc[i][t] += the chunk's part of W[row0 + i] . act[t]
+template <int TYPE, int NT, int R, int DEPTH>
+__device__ __forceinline__ void mv_mul(const mv_chunk<TYPE, R, DEPTH> &c, int k, int b0, const int8_t *__restrict__ aq, const float2 *__restrict__ ad,
+                                       float (&acc)[R][NT]) {
+    constexpr int U = TYPE == TYPE_Q4_0 ? 1 : 2;
+    const int nb = k / QK;
+#pragma unroll
+    for (int u = 0; u < DEPTH; u++) {
+        const int b = b0 + 32 * u;
+        if (b >= nb) break;
+        int lo[R][8];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (TYPE == TYPE_Q4_0) {
+                const uint4 q = c.w[u][i][0];
+                lo[i][0] = q.x & 0x0F0F0F0F; lo[i][1] = q.y & 0x0F0F0F0F; lo[i][2] = q.z & 0x0F0F0F0F; lo[i][3] = q.w & 0x0F0F0F0F;
+                lo[i][4] = (q.x >> 4) & 0x0F0F0F0F; lo[i][5] = (q.y >> 4) & 0x0F0F0F0F; lo[i][6] = (q.z >> 4) & 0x0F0F0F0F; lo[i][7] = (q.w >> 4) & 0x0F0F0F0F;
+            } else {
+                const uint4 q0 = c.w[u][i][0], q1 = c.w[u][i][U - 1];
+                lo[i][0] = q0.x; lo[i][1] = q0.y; lo[i][2] = q0.z; lo[i][3] = q0.w; lo[i][4] = q1.x; lo[i][5] = q1.y; lo[i][6] = q1.z; lo[i][7] = q1.w;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 2 * b;
+            const int4 a0 = xa[0], a1 = xa[1];
+            const float2 sd = ad[(size_t)t * nb + b];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                int sdot = __dp4a(lo[i][0], a0.x, 0);
+                sdot = __dp4a(lo[i][1], a0.y, sdot); sdot = __dp4a(lo[i][2], a0.z, sdot); sdot = __dp4a(lo[i][3], a0.w, sdot);
+                sdot = __dp4a(lo[i][4], a1.x, sdot); sdot = __dp4a(lo[i][5], a1.y, sdot); sdot = __dp4a(lo[i][6], a1.z, sdot); sdot = __dp4a(lo[i][7], a1.w, sdot);
+                acc[i][t] += TYPE == TYPE_Q4_0 ? c.dw[u][i] * (sd.x * (float)sdot - 8.0f * sd.y) : c.dw[u][i] * sd.x * (float)sdot;
+            }
+        }
+    }
+}
+
+// y[t][row0 + i] (+)= the warp's sums
+template <int NT, int R>
+__device__ __forceinline__ void mv_store(const float (&acc)[R][NT], int row0, int rows, int lane, float *y, int ldy, int accumulate) {
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
@@ -373,6 +372,35 @@ __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, 
                 *o = accumulate ? *o + sum : sum;
             }
         }
+}
+
+// y[t][r] (+)= W[r] . act[t] for NT tokens; a warp per R rows (R = 1 or 2).
+// Each lane takes 32-value blocks lane, lane+32, ...; the quants of DEPTH
+// blocks of each row are loaded before any is used, so each warp keeps
+// several KiB in flight (decode is bound by how many bytes are on their way
+// from memory). With R = 2 each activation block a lane loads serves two rows
+// (half the activation traffic through L1 per weight byte). A row longer
+// than 32 DEPTH blocks takes several rounds of load-then-multiply.
+template <int TYPE, int NT, int R, int DEPTH>
+__global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
+    pdl_trigger();
+    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31;
+    if (row0 >= rows) return;
+    const int nb = k / QK;
+    float acc[R][NT];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0;
+    for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
+        mv_chunk<TYPE, R, DEPTH> c;
+        mv_load(c, qs, wd, dstride, rows, k, row0, b0);
+        if (b0 == lane) pdl_wait(); // the first weights are loaded before waiting for the activations
+        mv_mul<TYPE, NT, R, DEPTH>(c, k, b0, aq, ad, acc);
+    }
+    if (nb <= lane) pdl_wait();
+    mv_store<NT, R>(acc, row0, rows, lane, y, ldy, accumulate);
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
@@ -1658,6 +1686,80 @@ static int fused_blocks(const handle *h, int n) {
 
 static int gemm_tile_known(int tile);
 
+// PLUMB_CUDA_MVBENCH=1: times the decode matrix-vector kernels on this
+// model's matrices before the first step: for each kind of matrix, one
+// product per layer (so no pass finds its weights in L2), captured into a
+// graph as the steps are, replayed 5 times; per kernel variant and token
+// count, the time a call and the weight bytes streamed a second.
+template <int TYPE>
+static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate);
+
+static int mv_bench(handle *h, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int saved_kprof = h->kprof;
+    h->kprof = 0; /* no per-kernel events inside the captured passes */
+    const int saved_rows = h->mv_rows, max_k = d->n_ff > d->n_embd ? d->n_ff : d->n_embd;
+    struct variant { int rows; const char *name; } vs[] = {{1, "1 row a warp"}, {2, "2 rows a warp"}, {MV_AUTO, "auto"}};
+    const char *kinds[] = {"qkv", "wo", "gate/up", "down", "output"};
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaEventCreate(&e0), "mvbench events");
+    CHECK(cudaEventCreate(&e1), "mvbench events");
+    CHECK(cudaMemset(h->aq, 1, (size_t)d->max_batch * max_k), "mvbench activations");
+    CHECK(cudaMemset(h->ad, 0, (size_t)d->max_batch * (max_k / QK + 1) * sizeof(float2)), "mvbench activations");
+    for (int kind = 0; kind < 5; kind++) {
+        const int calls = kind == 4 ? 1 : d->n_layers;
+        const dmat *W0 = kind == 0 ? &h->layers[0].qkv[0] : kind == 1 ? &h->layers[0].wo : kind == 2 ? &h->layers[0].gu[0] : kind == 3 ? &h->layers[0].down : &h->output;
+        if (kind == 4 && !d->has_head) continue;
+        if (!quant_mat(W0)) continue;
+        const double bytes = (double)W0->rows * (W0->cols / QK) * ((W0->type == TYPE_Q4_0 ? 16 : 32) + 2);
+        for (int n = 1; n <= 8 && n <= d->max_batch; n += 7)
+            for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+                h->mv_rows = vs[v].rows;
+                h->step_n = n;
+                h->launch_err = cudaSuccess;
+                CHECK(cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal), "mvbench capture");
+                for (int l = 0; l < calls; l++) {
+                    const dmat *W = kind == 0 ? &h->layers[l].qkv[0] : kind == 1 ? &h->layers[l].wo : kind == 2 ? &h->layers[l].gu[0] : kind == 3 ? &h->layers[l].down : &h->output;
+                    if (W->type == TYPE_Q4_0) launch_matvec<TYPE_Q4_0>(h, W, n, h->partial, W->rows, 0);
+                    else launch_matvec<TYPE_Q8_0>(h, W, n, h->partial, W->rows, 0);
+                }
+                CHECK(cudaStreamEndCapture(h->stream, &graph), "mvbench capture");
+                CHECK(h->launch_err, "mvbench launch");
+                CHECK(cudaGraphInstantiate(&exec, graph, 0), "mvbench graph");
+                const int reps = kind == 4 ? 40 : 5;
+                CHECK(cudaGraphLaunch(exec, h->stream), "mvbench warm-up");
+                CHECK(cudaEventRecord(e0, h->stream), "mvbench events");
+                for (int r = 0; r < reps; r++) CHECK(cudaGraphLaunch(exec, h->stream), "mvbench run");
+                CHECK(cudaEventRecord(e1, h->stream), "mvbench events");
+                CHECK(cudaEventSynchronize(e1), "mvbench run");
+                float ms = 0;
+                cudaEventElapsedTime(&ms, e0, e1);
+                const double us = ms * 1e3 / ((double)reps * calls);
+                fprintf(stderr, "plumb-cuda: mvbench %-7s %6dx%-6d %s n=%d  %-15s %8.2f us a call %7.0f GB/s\n", kinds[kind], W0->rows, W0->cols,
+                        W0->type == TYPE_Q4_0 ? "Q4_0" : "Q8_0", n, vs[v].name, us, bytes / (us * 1e3));
+                cudaGraphExecDestroy(exec);
+                cudaGraphDestroy(graph);
+                exec = NULL;
+                graph = NULL;
+            }
+    }
+    h->mv_rows = saved_rows;
+    h->kprof = saved_kprof;
+    h->step_n = 0;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 0;
+fail:
+    h->kprof = saved_kprof;
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return -1;
+}
+
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
     handle *h = (handle *)calloc(1, sizeof(handle));
     if (!h) { snprintf(err, err_len, "out of host memory"); return NULL; }
@@ -1684,8 +1786,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->gemm_wide = wr && !strcmp(wr, "32"); /* 16: 4772 vs 4626 tok/s at 7B batch 64 on the H200 */
         const char *mr = getenv("PLUMB_CUDA_MV_ROWS");
-        if (mr && strcmp(mr, "1") && strcmp(mr, "2")) {
-            snprintf(err, err_len, "PLUMB_CUDA_MV_ROWS wants 1 or 2 (rows per warp in the decode matrix-vector kernel)");
+        if (mr && strcmp(mr, "1") && strcmp(mr, "2") && strcmp(mr, "auto")) {
+            snprintf(err, err_len, "PLUMB_CUDA_MV_ROWS wants 1, 2 or auto (the decode matrix-vector kernel's rows per warp)");
             goto fail;
         }
         const char *gk = getenv("PLUMB_CUDA_GEMM"), *gt = getenv("PLUMB_CUDA_GEMM_TILE"), *ss = getenv("PLUMB_CUDA_SPLIT_SUM");
@@ -1709,7 +1811,14 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
                 goto fail;
             }
         }
-        h->mv_rows = mr && !strcmp(mr, "1") ? 1 : 2; /* 2: 379.0 vs 360.3 tok/s at 7B batch 1 on the H200 */
+        const char *sk = getenv("PLUMB_CUDA_SKIP");
+        if (sk && strcmp(sk, "products") && strcmp(sk, "others")) {
+            snprintf(err, err_len, "PLUMB_CUDA_SKIP wants products or others (a timing experiment: those kernels are left out)");
+            goto fail;
+        }
+        h->skip = !sk ? 0 : !strcmp(sk, "products") ? SKIP_PRODUCTS : SKIP_OTHERS;
+        if (h->skip) fprintf(stderr, "plumb-cuda: PLUMB_CUDA_SKIP=%s: timing experiment, the model's output is meaningless\n", sk);
+        h->mv_rows = !mr || !strcmp(mr, "auto") ? MV_AUTO : !strcmp(mr, "1") ? 1 : 2;
     }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
     if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
@@ -1783,11 +1892,17 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         goto fail;
     CHECK(cudaMemset(h->tile_count, 0, TILE_COUNTERS * sizeof(unsigned)), "clearing the tile counters");
     CHECK(cudaMemset(h->ah, 0, (size_t)nb * max_k * 2), "clearing activations");
+    if (h->skip) { /* the products of a skip experiment read activations nothing writes: zeros keep every sum finite */
+        CHECK(cudaMemset(h->aq, 0, (size_t)nb * max_k), "clearing activations");
+        CHECK(cudaMemset(h->ad, 0, (size_t)nb * (max_k / QK + 1) * sizeof(float2)), "clearing activations");
+        CHECK(cudaMemset(h->logits, 0, (size_t)nb * (d->has_head ? d->n_vocab : 1) * 4), "clearing logits");
+    }
     CHECK(cudaMallocHost(&h->hx, (size_t)nb * d->n_embd * 4), "pinned host memory");
     CHECK(cudaMallocHost(&h->hmeta, h->meta_ints * 4), "pinned host memory");
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
     if (fused_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
+    if (getenv("PLUMB_CUDA_MVBENCH") && strcmp(getenv("PLUMB_CUDA_MVBENCH"), "0") && mv_bench(h, err, err_len)) goto fail;
     h->peak = h->bytes;
     return h;
 fail:
@@ -1805,7 +1920,7 @@ static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     return f;
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int DEPTH>
 static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const dim3 g((unsigned)grid((size_t)W->rows, 4 * R));
     const int nb = W->cols / QK;
@@ -1814,7 +1929,7 @@ static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, 
         const int8_t *aq = h->aq + (size_t)t0 * W->cols;
         const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) launch(h, k_matvec<TYPE, NT, R>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+#define MV(NT) launch(h, k_matvec<TYPE, NT, R, DEPTH>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
         case 1: MV(1); break;
         case 2: MV(2); break;
@@ -1829,11 +1944,21 @@ static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, 
     }
 }
 
-/* rows per warp: PLUMB_CUDA_MV_ROWS=1|2 */
+// Rows per warp, per product (PLUMB_CUDA_MV_ROWS=auto, the default).
+// Measured on the H200 (PLUMB_CUDA_MVBENCH, one token, bench/results/gpu/
+// v8-decode-products.md): Q4_0 at 2 rows a warp streams q/k/v at 3.02 vs
+// 2.87 TB/s (one row), but the 11008-wide down projection takes it three
+// rounds of loads: 10.9 vs 9.2 us with one row a warp (two rounds). Q8_0
+// (TinyLlama) is faster at one row a warp on every matrix (e.g. down 4.7
+// vs 5.7 us). From two tokens on, 2 rows a warp wins everywhere (each
+// activation load serves both rows): q/k/v at 8 tokens 23.9 vs 40.6 us.
 template <int TYPE>
 static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    if (h->mv_rows == 2) launch_matvec_r<TYPE, 2>(h, W, n, y, ldy, accumulate);
-    else launch_matvec_r<TYPE, 1>(h, W, n, y, ldy, accumulate);
+    constexpr int D2 = (TYPE == TYPE_Q4_0 ? MV_DEPTH : MV_DEPTH / 2) / 2; // 2-row depth; 1 row goes twice as deep
+    int rows = h->mv_rows;
+    if (rows == MV_AUTO) rows = n == 1 && (TYPE == TYPE_Q8_0 || W->cols / QK > 32 * D2) ? 1 : 2;
+    if (rows == 1) launch_matvec_r<TYPE, 1, 2 * D2>(h, W, n, y, ldy, accumulate);
+    else launch_matvec_r<TYPE, 2, D2>(h, W, n, y, ldy, accumulate);
 }
 
 template <int TYPE, int NF, int MA>
@@ -2064,29 +2189,30 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
-    if (d->n_rot > 0) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
+    const int mm = h->skip != SKIP_PRODUCTS, other = h->skip != SKIP_OTHERS;
+    if (d->n_rot > 0 && other) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
     if (fused) launch_fused(h, n, max_blocks);
     for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
-        launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
-        if (matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
-        launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
+        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
+        if (mm && matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
+        if (other) launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
-        if (d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
-        else {
+        if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
+        else if (other) {
             launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
         }
-        if (matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
-        launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
-        if (matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
-        launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
-        if (matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
+        if (mm && matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
+        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
+        if (mm && matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
+        if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
+        if (mm && matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
     }
     if (d->has_head && n_out) {
-        launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
-        if (matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
+        if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
+        if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = h->launch_err;
