@@ -259,6 +259,7 @@ int cmd_bench(int argc, char **argv) {
         plumb_peak_rss_reset();
         plumb_model *m = plumb_model_load(v->path);
         if (!m) return cli_fail("bench", "%s", plumb_last_error());
+        const size_t load_peak = plumb_peak_rss_now();
         const double bpt = (double)plumb_model_bytes_per_token(m);
         if (si.llc_bytes > 0 && bpt < 1.5 * (double)si.llc_bytes)
             fprintf(stderr, "bench: note: %s reads %.0f MiB per token, within 1.5x of the %.0f MiB last-level cache: decode can beat the "
@@ -272,6 +273,13 @@ int cmd_bench(int argc, char **argv) {
                 for (int pi = 0; pi < n_prompts; pi++) {
                     bench_config cfg = {prompts[pi], n_gen, reps, warmup, threads[ti], exact, cuda ? ngls[gi] : 0, batches[bi]};
                     bench_result r;
+                    /* CPU decode's limit: the read bandwidth measured just before and just after this
+                     * run, at its thread count (a shared host's bandwidth moves from minute to minute,
+                     * so one figure from the start of the bench would make the ratio noise) */
+                    /* the measurements' 2 GiB buffer must not count as the run's peak memory: the
+                     * peak is reset after each, and the run's is taken with the load's */
+                    const double bw_before = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti]);
+                    if (!cuda) plumb_peak_rss_reset();
                     if (bench_run(m, &cfg, &r)) {
                         fprintf(stderr, "bench: %s %s threads %d batch %d: %s\n", v->path, backends[b], threads[ti], batches[bi], plumb_last_error());
                         failures++;
@@ -279,7 +287,12 @@ int cmd_bench(int argc, char **argv) {
                     }
                     /* decode reads the weights once per step for the whole batch */
                     const int all_gpu = cuda && r.gpu_layers == plumb_model_hparams(m)->n_layer;
-                    const double limit = (all_gpu ? gpu_bw : bw_at[ti]) / bpt * batches[bi], rss = (double)plumb_peak_rss_now() / 1048576.0;
+                    const size_t peak_run = plumb_peak_rss_now();
+                    const double rss = (double)(peak_run > load_peak ? peak_run : load_peak) / 1048576.0;
+                    const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti]);
+                    if (!cuda) plumb_peak_rss_reset();
+                    const double cpu_bw = cuda ? bw_at[ti] : 0.5 * (bw_before + bw_after);
+                    const double limit = (all_gpu ? gpu_bw : cpu_bw) / bpt * batches[bi];
                     char be[48];
                     if (cuda) snprintf(be, sizeof be, "cuda -ngl %s", ngl_s[gi]);
                     else snprintf(be, sizeof be, "cpu");
@@ -304,6 +317,7 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(run, "peak_vram_mib", cuda ? json_real(r.gpu_peak_mib) : json_null());
                     json_object_set_new(run, "weight_bytes_per_token", json_integer((json_int_t)bpt));
                     json_object_set_new(run, "decode_limit_tps", json_real(limit));
+                    if (!cuda) json_object_set_new(run, "read_bandwidth_gbs_before_after", json_pack("[f,f]", bw_before / 1e9, bw_after / 1e9));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));
                     json_array_append_new(runs, run);
                 }
