@@ -30,13 +30,6 @@ int bench_prompt(const plumb_model *m, int n, plumb_token *out) {
     return n;
 }
 
-static int argmax(const float *l, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
-    return b;
-}
-
 /* One run = one request per sequence: every sequence gets its prompt
  * (prefilled together), then cfg->n_gen decode steps each advance all
  * sequences by one greedy token. With batch 1 that is a plain request. */
@@ -89,7 +82,7 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
         if (plumb_decode(c, &pb)) { rc = -1; break; }
         double t1 = plumb_time_s();
 #pragma omp parallel for if (B > 1)
-        for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
+        for (int s = 0; s < B; s++) cur[s] = plumb_argmax(plumb_batch_logits(c, s), nv);
         double t_first = plumb_time_s(), t_prev = t_first;
         for (int g = 0; g < G && !rc; g++) {
             for (int s = 0; s < B; s++) {
@@ -102,7 +95,7 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
             if (plumb_decode(c, &db)) { rc = -1; break; }
             /* greedy picks, one sequence per thread (a server samples its sequences in parallel too) */
 #pragma omp parallel for if (B > 1)
-            for (int s = 0; s < B; s++) cur[s] = argmax(plumb_batch_logits(c, s), nv);
+            for (int s = 0; s < B; s++) cur[s] = plumb_argmax(plumb_batch_logits(c, s), nv);
             double t = plumb_time_s();
             if (measured) itl[n_itl++] = (t - t_prev) * 1e3;
             t_prev = t;
@@ -152,7 +145,7 @@ static int greedy(plumb_model *m, int threads, plumb_token *seq, int n_prompt, i
     int rc = plumb_eval(c, seq, n_prompt, 0);
     text[0] = 0;
     for (int i = 0; i < n && !rc; i++) {
-        seq[n_prompt + i] = argmax(plumb_get_logits(c), plumb_n_vocab(m));
+        seq[n_prompt + i] = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));
         append_piece(m, seq[n_prompt + i], text, cap);
         rc = plumb_eval(c, &seq[n_prompt + i], 1, n_prompt + i);
     }
@@ -189,7 +182,7 @@ int bench_quality_check(plumb_model *ref, plumb_model *cand, int n, int threads,
                 const double la = a[v] - ma - lza, lb = b[v] - mb - lzb;
                 kl += exp(la) * (la - lb);
             }
-            agree += argmax(a, nv) == argmax(b, nv);
+            agree += plumb_argmax(a, nv) == plumb_argmax(b, nv);
             kl_sum += kl;
             kl_max = fmax(kl_max, kl);
         }

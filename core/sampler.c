@@ -58,11 +58,22 @@ void plumb_sampler_accept(plumb_sampler *s, plumb_token t) {
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+/* Two passes: the largest value over 16 independent lanes (a loop the
+ * compiler turns into vector max instructions), then its first index. The
+ * one-pass loop (if x[i] > x[best]) carries a dependency through best and
+ * took ~130 us over a 32000-token vocabulary here: 6% of a GPU decode step. */
+int plumb_argmax(const float *x, int n) {
+    float lane[16];
+    for (int j = 0; j < 16; j++) lane[j] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) m = lane[j] > m ? lane[j] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (i = 0; i < n; i++)
+        if (x[i] == m) return i;
+    return 0;
 }
 
 /* qsort_r comparator: ids by their logit, descending (keys = the logits),
@@ -117,7 +128,7 @@ plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
     }
     plumb_token out;
     if (s->p.temp <= 0) {
-        out = argmax(l, nv);
+        out = plumb_argmax(l, nv);
     } else {
         /* candidates sorted by logit; with top-k only the best k are needed,
          * found by a partial selection (a size-k min-heap), not a full sort */

@@ -165,6 +165,9 @@ void plumb_sampler_free(plumb_sampler *s);
 plumb_token plumb_sample(plumb_sampler *s, const float *logits);
 /* Records a token (e.g. prompt tokens) for the repetition penalty. */
 void plumb_sampler_accept(plumb_sampler *s, plumb_token t);
+/* Greedy pick: the index of the largest of x[0..n) (the first on ties; NaNs
+ * are never picked; 0 when nothing compares). */
+int plumb_argmax(const float *x, int n);
 
 #ifdef __cplusplus
 }

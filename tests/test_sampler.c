@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "../include/plumb.h"
+#include "../core/util.h"
 #include "helpers.h"
 
 static float logits[8] = {0.1f, 2.0f, 1.5f, -1.0f, 1.9f, 0.0f, -3.0f, 0.5f};
@@ -83,4 +84,28 @@ Test(sampler, repetition_penalty_moves_greedy) {
     plumb_sampler_accept(s, 1); /* 2.0 / 1.5 = 1.33 < 1.9 */
     cr_expect_eq(plumb_sample(s, logits), 4);
     plumb_sampler_free(s);
+}
+
+/* plumb_argmax against the one-pass loop it replaces, over lengths around
+ * its 16-lane blocks, with ties (the first wins), NaNs (never picked) and
+ * all-equal rows. */
+Test(sampler, argmax_matches_reference) {
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 3);
+    for (int n = 1; n <= 70; n++)
+        for (int trial = 0; trial < 20; trial++) {
+            float x[70];
+            for (int i = 0; i < n; i++) x[i] = (float)(int)(plumb_rng_f32(&rng) * 8) - 4; /* few values: many ties */
+            if (trial % 5 == 4) x[(int)(plumb_rng_f32(&rng) * n)] = NAN;
+            int want = -1;
+            for (int i = 0; i < n; i++)
+                if (!isnan(x[i]) && (want < 0 || x[i] > x[want])) want = i;
+            if (want < 0) want = 0;
+            cr_assert_eq(plumb_argmax(x, n), want, "n %d trial %d: %d vs %d", n, trial, plumb_argmax(x, n), want);
+        }
+    float same[33];
+    for (int i = 0; i < 33; i++) same[i] = 1.5f;
+    cr_expect_eq(plumb_argmax(same, 33), 0);
+    float only_nan[3] = {NAN, NAN, NAN};
+    cr_expect_eq(plumb_argmax(only_nan, 3), 0);
 }
