@@ -30,6 +30,12 @@
 #   tiles  every built block shape of the int8 GEMM (PLUMB_CUDA_GEMM_TILE): checked
 #          against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks of 40 and 64), then
 #          per-kernel times of 7B batch-64 decode steps (PLUMB_CUDA_KPROF=1)
+#   reg    the batch GEMM on weights dequantized in registers (PLUMB_CUDA_GEMM=reg, the
+#          default) against the CPU: synthetic TinyLlama Q4_0/Q8_0 at chunk sizes through
+#          its token tiles (12/24/40/64/100), other block shapes (RTILES) at 64, the real
+#          Q8_0 model; the int8 GEMM at 64 beside it; then 7B Q4_0 batch 1/8/64 with it,
+#          batch 64 with the int8 GEMM (REG_AB=0 leaves that out), per-kernel times of
+#          batch-64 steps for each shape in RTILES_SPEED (PLUMB_CUDA_KPROF=1)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -223,6 +229,40 @@ tiles)
     echo "== PLUMB_CUDA_SPLIT_SUM=inline (split-K partials added by each tile's last split)"
     PLUMB_CUDA_SPLIT_SUM=inline PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
         --no-quality -o "$OUT/splitsum-inline" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|^\| models|rror"
+    ;;
+reg)
+    {
+        for q in q4_0 q8_0; do
+            m=$(model tinyllama-1.1b $q)
+            for c in 12 24 40 64 100; do
+                echo "== $q reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            done
+            for tile in ${RTILES:-8x2x8x2 4x4x8x2 2x2x8x4}; do
+                echo "== $q reg $tile -c 64: $( (export PLUMB_CUDA_GEMM=reg PLUMB_CUDA_GEMM_RTILE=$tile; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            done
+            echo "== $q i8 -c 64: $( (export PLUMB_CUDA_GEMM=i8; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        done
+        for c in 16 64; do
+            echo "== TinyStories-656K Q8_0 reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare "$S/models/TinyStories-656K-Q8_0.gguf" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        done
+    } 2>&1 | tee "$OUT/reg-check.txt"
+    m=$(model llama2-7b q4_0)
+    {
+        echo "== PLUMB_CUDA_GEMM=reg"
+        PLUMB_CUDA_GEMM=reg PLUMB_CUDA_TIMING=1 timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+            -o "$OUT/reg-llama2-7b" 2>&1 | tee "$OUT/reg-llama2-7b.txt" | grep -E "^\| |rror|plumb-cuda"
+        if [ "${REG_AB:-1}" = 1 ]; then
+            echo "== PLUMB_CUDA_GEMM=i8"
+            PLUMB_CUDA_GEMM=i8 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 3 --no-quality \
+                -o "$OUT/i8-llama2-7b" 2>&1 | grep -E "^\| models|^\| [0-9]|rror"
+        fi
+        for tile in ${RTILES_SPEED:-auto 4x2x8x4 8x2x8x2 4x4x8x2}; do
+            echo "== kernels, reg $tile"
+            (export PLUMB_CUDA_GEMM=reg; [ $tile = auto ] || export PLUMB_CUDA_GEMM_RTILE=$tile
+             PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+                --no-quality -o "$OUT/kp-$tile" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|k_att|^\| models|rror")
+        done
+    } 2>&1 | tee "$OUT/reg-7b.txt"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

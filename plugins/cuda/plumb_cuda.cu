@@ -122,7 +122,9 @@ struct handle {
     int skip;                                  // PLUMB_CUDA_SKIP=products|others: a timing experiment that leaves those kernels out (results are garbage)
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2|auto): 1, 2 or MV_AUTO
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
-    int gemm_i8;                               // batches: the int8 tensor-core GEMM (PLUMB_CUDA_GEMM=i8, default) or the F16 one (=f16)
+    int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
+    int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNB as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
+    int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
     size_t bytes, peak;
     // PLUMB_CUDA_TIMING=1: where a step's time goes, per batch size (printed at unload)
@@ -289,6 +291,9 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
 #define MV_AUTO 0  // rows per warp chosen per product (launch_matvec)
 #define SKIP_PRODUCTS 1 // PLUMB_CUDA_SKIP: which kernels a timing experiment leaves out
 #define SKIP_OTHERS 2
+#define GEMM_REG 0 // batch GEMMs (PLUMB_CUDA_GEMM): F16 tensor cores on weights dequantized in registers
+#define GEMM_I8 1  // int8 tensor cores on the quants as stored
+#define GEMM_F16 2 // F16 tensor cores on weights dequantized in shared memory (WMMA)
 
 // DEPTH blocks a lane (b0, b0 + 32, ...) of R rows from row0, in registers:
 // the unit of loading of the decode products.
@@ -816,6 +821,188 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
         *o = accumulate ? *o + sum : sum;
     }
 }
+
+// F16 tensor-core product for batches with the weights dequantized in
+// registers: C[t][r] (+)= sum_k W[r][k] A[t][k], A the F16 activations.
+// Each warp owns 16 MT rows and all 8 NT tokens of its block; per 32-value
+// block it turns its rows' quants into F16 fragments once (a byte under the
+// exponent of 1024 reads as 1024 + byte: no int-to-float conversions; the
+// block scale is applied to the weights, so the sums over k stay in the
+// mma's F32 accumulators with no per-block work on the results) and feeds
+// each fragment to NT mma.m16n8k16 products. This is what the int8 GEMM
+// could not do: its integer sums need two scales per 32-value block, i.e.
+// a conversion and a multiply-add per product element per block.
+// Within a 32-value block, thread tq's fragment slots hold values
+// 4tq..4tq+3 (first k16 step) and 16+4tq..16+4tq+3 (second): a permutation
+// of k used alike for weights and activations, chosen so a Q4_0 thread reads
+// one 32-bit word of quants per row and a block (Q8_0: two) and each
+// activation fragment is one 8-byte load. k goes in slices of NB blocks
+// through a cp.async pipeline; gridDim.z splits k (partials as in k_gemm_q).
+template <int TYPE, int WM, int MT, int NT, int NB>
+struct gemm_r_smem {
+    static constexpr int BM = 16 * MT * WM, BN = 8 * NT, THREADS = 32 * WM, KC = NB * QK;
+    static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32; // quant bytes a block
+    static constexpr int WLD = QB * NB + 16;              // padded row of quants: 8 rows x 16 bytes fall in 32 banks
+    static constexpr int ALD = 2 * KC + 32;               // padded row of activations: 4 tokens x 32 bytes fall in 32 banks
+    static constexpr int STAGE_W = BM * WLD, STAGE_WD = BM * 2 * NB, STAGE_A = BN * ALD;
+    static constexpr int STAGE = STAGE_W + STAGE_WD + STAGE_A;
+    static constexpr int STAGES = 4 * STAGE <= 100 * 1024 ? 4 : 3 * STAGE <= 150 * 1024 ? 3 : 2;
+    static constexpr int BYTES = STAGES * STAGE;
+};
+
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t h2_scaled(uint32_t biased, __half2 bias, __half2 d) {
+    const __half2 v = __hmul2(__hsub2(*(const __half2 *)&biased, bias), d); // exact small integer, then the scale
+    return *(const uint32_t *)&v;
+}
+
+// A Q4_0 word (bytes 4tq..4tq+3 of a block: low nibbles values 4tq.., high
+// ones 16+4tq..) -> the fragment halves of both k16 steps: s[step][pair],
+// pair 0 = values +0,+1, pair 1 = values +2,+3
+__device__ __forceinline__ void dequant_q4_word(uint32_t w, __half2 d, uint32_t s[2][2]) {
+    const __half2 bias = __float2half2_rn(1032.0f); // 1024 + the Q4_0 offset 8
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        const uint32_t pair = __byte_perm(w, 0, p ? 0x4342 : 0x4140); // bytes 2p, 2p+1 in the two halves
+        s[0][p] = h2_scaled((pair & 0x000F000Fu) | 0x64006400u, bias, d);
+        s[1][p] = h2_scaled(((pair >> 4) & 0x000F000Fu) | 0x64006400u, bias, d);
+    }
+}
+
+// A Q8_0 word (values 4i..4i+3) -> pair 0 = values +0,+1, pair 1 = +2,+3
+__device__ __forceinline__ void dequant_q8_word(uint32_t w, __half2 d, uint32_t s[2]) {
+    const __half2 bias = __float2half2_rn(1152.0f); // 1024 + 128: the int8 made unsigned by flipping its sign bit
+    const uint32_t u = w ^ 0x80808080u;
+    s[0] = h2_scaled(__byte_perm(u, 0x64646464u, 0x5140), bias, d);
+    s[1] = h2_scaled(__byte_perm(u, 0x64646464u, 0x7362), bias, d);
+}
+
+template <int TYPE, int WM, int MT, int NT, int NB>
+__global__ void __launch_bounds__(32 * WM) k_gemm_r(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                   const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
+                                                   float *partial) {
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
+    constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = L::STAGES, KC = L::KC, QB = L::QB;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+
+    auto issue_w = [&](int c) { // slice c's quants and scales -> stage c % ST
+        unsigned char *st = smem + (c % ST) * L::STAGE;
+        constexpr int PER_ROW = QB * NB / 16; // 16-byte copies a row
+        for (int i = threadIdx.x; i < BM * PER_ROW; i += NTH) {
+            const int row = i / PER_ROW, part = i % PER_ROW, kb = c * NB + part * 16 / QB;
+            const int ok = r0 + row < rows && kb < nkb;
+            cp_async_n<16>(st + row * WLD + part * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)c * QB * NB + part * 16 : qs, ok);
+        }
+        // the NB scales of a row in one copy: scale rows are padded (with zeros) to a multiple of 8
+        for (int row = threadIdx.x; row < BM; row += NTH) {
+            const int ok = r0 + row < rows;
+            cp_async_n<2 * NB>(st + L::STAGE_W + row * 2 * NB, ok ? wd + (size_t)(r0 + row) * dstride + c * NB : wd, ok);
+        }
+    };
+    auto issue_a = [&](int c) { // slice c's activations: BN tokens x KC halves
+        unsigned char *st = smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD;
+        constexpr int PER_TOK = KC / 8;
+        for (int i = threadIdx.x; i < BN * PER_TOK; i += NTH) {
+            const int tok = i / PER_TOK, part = i % PER_TOK, col = c * KC + part * 8, ok = t0 + tok < n && col < k;
+            cp_async_n<16>(st + tok * ALD + part * 16, ok ? A + (size_t)(t0 + tok) * k + col : A, ok);
+        }
+    };
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++)
+        if (c_begin + s < c_end) issue_w(c_begin + s); // weights need nothing from the previous kernel
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (c_begin + s < c_end) issue_a(c_begin + s);
+        cp_async_commit(); // an empty group keeps the count uniform
+    }
+    for (int c = c_begin; c < c_end; c++) {
+        cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
+        __syncthreads();         // everyone's have; and slice c-1's stage is free
+        if (c + ST - 1 < c_end) {
+            issue_w(c + ST - 1);
+            issue_a(c + ST - 1);
+        }
+        cp_async_commit();
+        const unsigned char *st = smem + (c % ST) * L::STAGE;
+        const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
+        const __half *swd = (const __half *)(st + L::STAGE_W);
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            uint32_t af[MT][2][4]; // [16 rows][k16 step][a0..a3]: rows g and g + 8, value pairs 0 and 1
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int row = warp * 16 * MT + m * 16 + g;
+#pragma unroll
+                for (int h = 0; h < 2; h++) { // h: row g, then row g + 8
+                    const __half2 d = __half2half2(swd[(row + 8 * h) * NB + b]);
+                    const unsigned char *q = sw + (row + 8 * h) * WLD + b * QB + 4 * tq;
+                    uint32_t s[2][2];
+                    if (TYPE == TYPE_Q4_0) dequant_q4_word(*(const uint32_t *)q, d, s);
+                    else {
+                        dequant_q8_word(*(const uint32_t *)q, d, s[0]);
+                        dequant_q8_word(*(const uint32_t *)(q + 16), d, s[1]);
+                    }
+#pragma unroll
+                    for (int step = 0; step < 2; step++) {
+                        af[m][step][h] = s[step][0];
+                        af[m][step][2 + h] = s[step][1];
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const unsigned char *pa = sa + (j * 8 + g) * ALD + b * 64 + 8 * tq;
+                const uint2 b0 = *(const uint2 *)pa, b1 = *(const uint2 *)(pa + 32);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    mma_f16(acc[m][j], af[m][0], b0.x, b0.y);
+                    mma_f16(acc[m][j], af[m][1], b1.x, b1.y);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = r0 + warp * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
+                if (r >= rows || t >= n) continue;
+                const float v = acc[m][j][e];
+                if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
+                else {
+                    float *o = C + (size_t)t * ldc + r;
+                    *o = accumulate ? *o + v : v;
+                }
+            }
+}
+
+// the register-dequantizing GEMM's block shapes: warps (each 16 MT rows x 8 NT tokens), blocks per slice
+#define GR_CONFIGS(X) X(4, 2, 2, 4) X(4, 2, 4, 4) X(4, 2, 8, 2) X(4, 2, 8, 4) X(8, 2, 8, 2) X(4, 4, 8, 2) X(2, 2, 8, 4)
+#define GR_NAMES "4x2x2x4, 4x2x4x4, 4x2x8x2, 4x2x8x4, 8x2x8x2, 4x4x8x2, 2x2x8x4"
+#define GR_CODE(WM, MT, NT, NB) (WM * 1000 + MT * 100 + NT * 10 + NB)
 
 // cos/sin of each token's rotary angles, in double like the host.
 __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
@@ -1685,6 +1872,7 @@ static int fused_blocks(const handle *h, int n) {
 }
 
 static int gemm_tile_known(int tile);
+static int gemm_r_tile_known(int tile);
 
 // PLUMB_CUDA_MVBENCH=1: times the decode matrix-vector kernels on this
 // model's matrices before the first step: for each kind of matrix, one
@@ -1796,11 +1984,25 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->split_inline = ss && !strcmp(ss, "inline");
-        if (gk && strcmp(gk, "i8") && strcmp(gk, "f16")) {
-            snprintf(err, err_len, "PLUMB_CUDA_GEMM wants i8 or f16 (the batch GEMM: int8 tensor cores on the quants, or F16 on dequantized tiles)");
+        if (gk && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM wants reg, i8 or f16 (the batch GEMM: F16 tensor cores on weights dequantized in registers, "
+                                   "int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
             goto fail;
         }
-        h->gemm_i8 = !(gk && !strcmp(gk, "f16"));
+        h->gemm_kind = !gk || !strcmp(gk, "reg") ? GEMM_REG : !strcmp(gk, "i8") ? GEMM_I8 : GEMM_F16;
+        const char *rt = getenv("PLUMB_CUDA_GEMM_RTILE"), *gs = getenv("PLUMB_CUDA_GEMM_SPLITS");
+        if (rt) {
+            int wm, mt, nt, nbk;
+            if (sscanf(rt, "%dx%dx%dx%d", &wm, &mt, &nt, &nbk) != 4 || wm < 1 || wm > 9 || mt < 1 || mt > 9 || nt < 1 || nt > 9 || nbk < 1 || nbk > 9 ||
+                !gemm_r_tile_known(h->gemm_r_tile = GR_CODE(wm, mt, nt, nbk))) {
+                snprintf(err, err_len, "PLUMB_CUDA_GEMM_RTILE wants WMxMTxNTxNB, one of the built shapes (%s)", GR_NAMES);
+                goto fail;
+            }
+        }
+        if (gs && (sscanf(gs, "%d", &h->gemm_splits) != 1 || h->gemm_splits < 1 || h->gemm_splits > 8)) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM_SPLITS wants 1 to 8 (k splits of every batch product)");
+            goto fail;
+        }
         if (gt) {
             int wm, wn, mt, nbk, ks, mb = 1;
             const int got = sscanf(gt, "%dx%dx%dx%dx%dx%d", &wm, &wn, &mt, &nbk, &ks, &mb);
@@ -1912,7 +2114,7 @@ fail:
 
 // activation format a product of W over n tokens reads
 static int act_fmt(const handle *h, const dmat *W, int n) {
-    return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_i8) ? ACT_Q8 : ACT_F16;
+    return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_kind == GEMM_I8) ? ACT_Q8 : ACT_F16;
 }
 static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     int f = 0;
@@ -1986,11 +2188,37 @@ static cudaError_t gemm_i8_allow_smem_one() {
     return e;
 }
 
+
+// blocks of each reg GEMM shape a multiprocessor holds ([type is Q8_0][shape]), from the occupancy calculator at load
+static int gr_blocks_per_sm[2][16];
+static int gr_index(int code) {
+    int i = 0;
+#define GR_INDEX(WM, MT, NT, NB) if (code == GR_CODE(WM, MT, NT, NB)) return i; i++;
+    GR_CONFIGS(GR_INDEX)
+#undef GR_INDEX
+    return -1;
+}
+static int gemm_r_tile_known(int tile) { return gr_index(tile) >= 0; }
+
+template <int TYPE, int WM, int MT, int NT, int NB>
+static cudaError_t gemm_r_allow_smem_one() {
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    int blocks = 0;
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_gemm_r<TYPE, WM, MT, NT, NB>, L::THREADS, L::BYTES);
+    gr_blocks_per_sm[TYPE == TYPE_Q8_0][gr_index(GR_CODE(WM, MT, NT, NB))] = blocks > 0 ? blocks : 1;
+    return e;
+}
+
 // the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
 #define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
-    const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW)
+#define GR_ALLOW(WM, MT, NT, NB) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB>(),
+    const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW)
 #undef GI_ALLOW
+#undef GR_ALLOW
                              gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q8_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 2>(),
@@ -2023,6 +2251,51 @@ static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy,
            W->cols, h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, inl ? h->tile_count : NULL);
     if (splits > 1 && !inl)
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+}
+
+/* k splits of a reg GEMM of `blocks` output tiles over `chunks` slices: the
+ * fewest that minimise waves x slices per split (the time of the slowest
+ * multiprocessor, `slots` blocks resident at once), each split 2 slices at
+ * least, the partial sums' traffic (written and read once) under half the
+ * weight bytes it saves time on, and within the partial buffer */
+static int split_k_r(const handle *h, int blocks, int chunks, int slots, int n, int rows, size_t weight_bytes, int *cps) {
+    int best = 1;
+    long best_cost = -1;
+    for (int s = 1; s <= 8; s++) {
+        const int per = (chunks + s - 1) / s;
+        if (s > 1 && (per < 2 || (size_t)s * n * rows * 8 > weight_bytes / 2 || (size_t)s * n * rows > h->partial_elems)) break;
+        const long cost = (long)((blocks * (long)s + slots - 1) / slots) * per;
+        if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+    }
+    if (h->gemm_splits) best = h->gemm_splits;
+    while (best > 1 && (size_t)best * n * rows > h->partial_elems) best--;
+    *cps = (chunks + best - 1) / best;
+    return (chunks + *cps - 1) / *cps;
+}
+
+template <int TYPE, int WM, int MT, int NT, int NB>
+static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
+    const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, L::BN);
+    const int slots = h->num_sms * gr_blocks_per_sm[TYPE == TYPE_Q8_0][gr_index(GR_CODE(WM, MT, NT, NB))];
+    const size_t wbytes = (size_t)W->rows * W->cols * (TYPE == TYPE_Q4_0 ? 9 : 17) / 16;
+    int cps;
+    const int splits = split_k_r(h, row_blocks * tok_blocks, (W->cols / QK + NB - 1) / NB, slots, n, W->rows, wbytes, &cps);
+    launch(h, k_gemm_r<TYPE, WM, MT, NT, NB>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
+           (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+    if (splits > 1)
+        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+}
+
+/* block shape: gemm_r_tile (PLUMB_CUDA_GEMM_RTILE) or by batch size: token
+ * tiles of 16, 32 or 64, four warps of 32 rows */
+template <int TYPE>
+static void launch_gemm_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const int tile = h->gemm_r_tile ? h->gemm_r_tile : n <= 16 ? GR_CODE(4, 2, 2, 4) : n <= 32 ? GR_CODE(4, 2, 4, 4) : GR_CODE(4, 2, 8, 2);
+#define GR_LAUNCH(WM, MT, NT, NB) \
+    if (tile == GR_CODE(WM, MT, NT, NB)) return launch_gemm_r_t<TYPE, WM, MT, NT, NB>(h, W, n, y, ldy, accumulate);
+    GR_CONFIGS(GR_LAUNCH)
+#undef GR_LAUNCH
 }
 
 /* block shape: gemm_tile (PLUMB_CUDA_GEMM_TILE=WMxWNxMTxNBxKS, one of
@@ -2075,8 +2348,10 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
     if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
-    else if (W->type == TYPE_Q4_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
-    else if (W->type == TYPE_Q8_0 && h->gemm_i8) launch_gemm_i8<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_I8) launch_gemm_i8<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && h->gemm_kind == GEMM_I8) launch_gemm_i8<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0) launch_gemm<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0) launch_gemm<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else {
