@@ -36,6 +36,8 @@
 #          Q8_0 model; the int8 GEMM at 64 beside it; then 7B Q4_0 batch 1/8/64 with it,
 #          batch 64 with the int8 GEMM (REG_AB=0 leaves that out), per-kernel times of
 #          batch-64 steps for each shape in RTILES_SPEED (PLUMB_CUDA_KPROF=1)
+#   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
+#          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -263,6 +265,13 @@ reg)
                 --no-quality -o "$OUT/kp-$tile" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|k_att|^\| models|rror")
         done
     } 2>&1 | tee "$OUT/reg-7b.txt"
+    ;;
+gemmbench)
+    for mq in llama2-7b:q4_0 tinyllama-1.1b:q8_0; do
+        m=$(model ${mq%:*} ${mq#*:})
+        PLUMB_CUDA_GEMMBENCH=${GEMMBENCH_N:-16,32,64} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
+            --no-quality -o "$OUT/gemmbench" 2>&1 | grep -E "gemmbench|rror"
+    done 2>&1 | tee "$OUT/gemmbench.txt"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

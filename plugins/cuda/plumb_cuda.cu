@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
 
 // F16 tensor-core product for batches with the weights dequantized in
 // registers: C[t][r] (+)= sum_k W[r][k] A[t][k], A the F16 activations.
-// Each warp owns 16 MT rows and all 8 NT tokens of its block; per 32-value
+// A warp owns 16 MT rows and all 8 NT tokens of its block; per 32-value
 // block it turns its rows' quants into F16 fragments once (a byte under the
 // exponent of 1024 reads as 1024 + byte: no int-to-float conversions; the
 // block scale is applied to the weights, so the sums over k stay in the
@@ -837,17 +837,23 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
 // of k used alike for weights and activations, chosen so a Q4_0 thread reads
 // one 32-bit word of quants per row and a block (Q8_0: two) and each
 // activation fragment is one 8-byte load. k goes in slices of NB blocks
-// through a cp.async pipeline; gridDim.z splits k (partials as in k_gemm_q).
-template <int TYPE, int WM, int MT, int NT, int NB>
+// through a cp.async pipeline; KS groups of WM warps split each slice's
+// blocks (more warps to hide latency, no work done twice), their sums added
+// through shared memory at the end; gridDim.z splits k (partials as in
+// k_gemm_q).
+template <int TYPE, int WM, int MT, int NT, int NB, int KS>
 struct gemm_r_smem {
-    static constexpr int BM = 16 * MT * WM, BN = 8 * NT, THREADS = 32 * WM, KC = NB * QK;
+    static constexpr int BM = 16 * MT * WM, BN = 8 * NT, THREADS = 32 * WM * KS, KC = NB * QK;
     static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32; // quant bytes a block
     static constexpr int WLD = QB * NB + 16;              // padded row of quants: 8 rows x 16 bytes fall in 32 banks
     static constexpr int ALD = 2 * KC + 32;               // padded row of activations: 4 tokens x 32 bytes fall in 32 banks
     static constexpr int STAGE_W = BM * WLD, STAGE_WD = BM * 2 * NB, STAGE_A = BN * ALD;
     static constexpr int STAGE = STAGE_W + STAGE_WD + STAGE_A;
     static constexpr int STAGES = 4 * STAGE <= 100 * 1024 ? 4 : 3 * STAGE <= 150 * 1024 ? 3 : 2;
-    static constexpr int BYTES = STAGES * STAGE;
+    static constexpr int RED = KS > 1 ? 32 * WM * MT * NT * 16 : 0; // one group's sums, for the reduction
+    static constexpr int BYTES = STAGES * STAGE > RED ? STAGES * STAGE : RED;
+    // 16-byte copies a thread issues per slice: quants, activations (rounded up)
+    static constexpr int CPW = (BM * QB * NB / 16 + THREADS - 1) / THREADS, CPA = (BN * KC / 8 + THREADS - 1) / THREADS;
 };
 
 __device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -856,65 +862,93 @@ __device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t h2_scaled(uint32_t biased, __half2 bias, __half2 d) {
-    const __half2 v = __hmul2(__hsub2(*(const __half2 *)&biased, bias), d); // exact small integer, then the scale
-    return *(const uint32_t *)&v;
-}
+__device__ __forceinline__ uint32_t h2_bits(__half2 v) { return *(const uint32_t *)&v; }
+__device__ __forceinline__ __half2 bits_h2(uint32_t v) { return *(const __half2 *)&v; }
 
 // A Q4_0 word (bytes 4tq..4tq+3 of a block: low nibbles values 4tq.., high
 // ones 16+4tq..) -> the fragment halves of both k16 steps: s[step][pair],
-// pair 0 = values +0,+1, pair 1 = values +2,+3
+// pair 0 = values +0,+1, pair 1 = values +2,+3. A low nibble under 0x6400
+// reads 1024 + q (minus 1032: q - 8, exact); a high nibble left in place
+// reads 1024 + 16 q (times 1/16 minus 72: q - 8, exact in one FMA); then
+// the block scale.
 __device__ __forceinline__ void dequant_q4_word(uint32_t w, __half2 d, uint32_t s[2][2]) {
-    const __half2 bias = __float2half2_rn(1032.0f); // 1024 + the Q4_0 offset 8
+    const __half2 lo_bias = __float2half2_rn(-1032.0f), hi_mul = __float2half2_rn(0.0625f), hi_bias = __float2half2_rn(-72.0f);
 #pragma unroll
     for (int p = 0; p < 2; p++) {
         const uint32_t pair = __byte_perm(w, 0, p ? 0x4342 : 0x4140); // bytes 2p, 2p+1 in the two halves
-        s[0][p] = h2_scaled((pair & 0x000F000Fu) | 0x64006400u, bias, d);
-        s[1][p] = h2_scaled(((pair >> 4) & 0x000F000Fu) | 0x64006400u, bias, d);
+        s[0][p] = h2_bits(__hmul2(__hadd2(bits_h2((pair & 0x000F000Fu) | 0x64006400u), lo_bias), d));
+        s[1][p] = h2_bits(__hmul2(__hfma2(bits_h2((pair & 0x00F000F0u) | 0x64006400u), hi_mul, hi_bias), d));
     }
 }
 
 // A Q8_0 word (values 4i..4i+3) -> pair 0 = values +0,+1, pair 1 = +2,+3
 __device__ __forceinline__ void dequant_q8_word(uint32_t w, __half2 d, uint32_t s[2]) {
-    const __half2 bias = __float2half2_rn(1152.0f); // 1024 + 128: the int8 made unsigned by flipping its sign bit
+    const __half2 bias = __float2half2_rn(-1152.0f); // 1024 + 128: the int8 made unsigned by flipping its sign bit
     const uint32_t u = w ^ 0x80808080u;
-    s[0] = h2_scaled(__byte_perm(u, 0x64646464u, 0x5140), bias, d);
-    s[1] = h2_scaled(__byte_perm(u, 0x64646464u, 0x7362), bias, d);
+    s[0] = h2_bits(__hmul2(__hadd2(bits_h2(__byte_perm(u, 0x64646464u, 0x5140)), bias), d));
+    s[1] = h2_bits(__hmul2(__hadd2(bits_h2(__byte_perm(u, 0x64646464u, 0x7362)), bias), d));
 }
 
-template <int TYPE, int WM, int MT, int NT, int NB>
-__global__ void __launch_bounds__(32 * WM) k_gemm_r(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
-                                                   const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
-                                                   float *partial) {
-    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
+// (launch bounds: 16 warps a multiprocessor, so at most 128 registers a thread)
+template <int TYPE, int WM, int MT, int NT, int NB, int KS>
+__global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * KS) : 1) k_gemm_r(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                        const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
+                                                        float *partial) {
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB, KS> L;
     constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = L::STAGES, KC = L::KC, QB = L::QB;
+    constexpr int PER_ROW = QB * NB / 16, PER_TOK = KC / 8; // 16-byte copies a row of quants, a token's activations
+    static_assert(NB % KS == 0, "the warp groups split a slice's blocks evenly");
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int wm = warp % WM, kg = warp / WM; // kg: which group of warps (each takes NB / KS blocks of a slice)
     const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
+    // Each thread's copies are the same pieces of every slice, one slice
+    // further along: their sources and destinations are worked out once.
+    const uint8_t *wsrc[L::CPW];
+    int wdst[L::CPW], wkb[L::CPW]; // wkb: the copy's block within its slice; -1: no such copy (rows past the end too)
+#pragma unroll
+    for (int j = 0; j < L::CPW; j++) {
+        const int i = threadIdx.x + j * NTH, row = i / PER_ROW, part = i % PER_ROW;
+        const int ok = i < BM * PER_ROW && r0 + row < rows;
+        wsrc[j] = ok ? qs + (size_t)(r0 + row) * qrow + part * 16 : qs;
+        wdst[j] = row * WLD + part * 16;
+        wkb[j] = ok ? part * 16 / QB : -1;
+    }
+    const __half *asrc[L::CPA];
+    int adst[L::CPA], acol[L::CPA]; // acol: the copy's first value within its slice; -1: no such copy
+#pragma unroll
+    for (int j = 0; j < L::CPA; j++) {
+        const int i = threadIdx.x + j * NTH, tok = i / PER_TOK, part = i % PER_TOK;
+        const int ok = i < BN * PER_TOK && t0 + tok < n;
+        asrc[j] = ok ? A + (size_t)(t0 + tok) * k + part * 8 : A;
+        adst[j] = tok * ALD + part * 16;
+        acol[j] = ok ? part * 8 : -1;
+    }
+    const int srow = threadIdx.x < BM && r0 + (int)threadIdx.x < rows; // this thread copies a row's scales
+
     auto issue_w = [&](int c) { // slice c's quants and scales -> stage c % ST
         unsigned char *st = smem + (c % ST) * L::STAGE;
-        constexpr int PER_ROW = QB * NB / 16; // 16-byte copies a row
-        for (int i = threadIdx.x; i < BM * PER_ROW; i += NTH) {
-            const int row = i / PER_ROW, part = i % PER_ROW, kb = c * NB + part * 16 / QB;
-            const int ok = r0 + row < rows && kb < nkb;
-            cp_async_n<16>(st + row * WLD + part * 16, ok ? qs + (size_t)(r0 + row) * qrow + (size_t)c * QB * NB + part * 16 : qs, ok);
+#pragma unroll
+        for (int j = 0; j < L::CPW; j++) {
+            if (j * NTH + (int)threadIdx.x >= BM * PER_ROW) break;
+            const int ok = wkb[j] >= 0 && c * NB + wkb[j] < nkb;
+            cp_async_n<16>(st + wdst[j], ok ? wsrc[j] + (size_t)c * QB * NB : qs, ok);
         }
         // the NB scales of a row in one copy: scale rows are padded (with zeros) to a multiple of 8
-        for (int row = threadIdx.x; row < BM; row += NTH) {
-            const int ok = r0 + row < rows;
-            cp_async_n<2 * NB>(st + L::STAGE_W + row * 2 * NB, ok ? wd + (size_t)(r0 + row) * dstride + c * NB : wd, ok);
-        }
+        if (threadIdx.x < BM)
+            cp_async_n<2 * NB>(st + L::STAGE_W + threadIdx.x * 2 * NB, srow ? wd + (size_t)(r0 + threadIdx.x) * dstride + c * NB : wd, srow);
     };
     auto issue_a = [&](int c) { // slice c's activations: BN tokens x KC halves
         unsigned char *st = smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD;
-        constexpr int PER_TOK = KC / 8;
-        for (int i = threadIdx.x; i < BN * PER_TOK; i += NTH) {
-            const int tok = i / PER_TOK, part = i % PER_TOK, col = c * KC + part * 8, ok = t0 + tok < n && col < k;
-            cp_async_n<16>(st + tok * ALD + part * 16, ok ? A + (size_t)(t0 + tok) * k + col : A, ok);
+#pragma unroll
+        for (int j = 0; j < L::CPA; j++) {
+            if (j * NTH + (int)threadIdx.x >= BN * PER_TOK) break;
+            const int ok = acol[j] >= 0 && c * KC + acol[j] < k;
+            cp_async_n<16>(st + adst[j], ok ? asrc[j] + (size_t)c * KC : A, ok);
         }
     };
 
@@ -947,11 +981,12 @@ __global__ void __launch_bounds__(32 * WM) k_gemm_r(const uint8_t *__restrict__ 
         const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
         const __half *swd = (const __half *)(st + L::STAGE_W);
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
+        for (int bb = 0; bb < NB / KS; bb++) {
+            const int b = kg * (NB / KS) + bb;
             uint32_t af[MT][2][4]; // [16 rows][k16 step][a0..a3]: rows g and g + 8, value pairs 0 and 1
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                const int row = warp * 16 * MT + m * 16 + g;
+                const int row = wm * 16 * MT + m * 16 + g;
 #pragma unroll
                 for (int h = 0; h < 2; h++) { // h: row g, then row g + 8
                     const __half2 d = __half2half2(swd[(row + 8 * h) * NB + b]);
@@ -982,13 +1017,36 @@ __global__ void __launch_bounds__(32 * WM) k_gemm_r(const uint8_t *__restrict__ 
         }
     }
     cp_async_wait<0>();
+    if (KS > 1) { // the other groups' sums join group 0's through shared memory (free now)
+        __syncthreads();
+        float *red = (float *)smem + (wm * 32 + lane) * MT * NT * 4;
+        for (int q = 1; q < KS; q++) {
+            if (kg == q)
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) red[(m * NT + j) * 4 + e] = acc[m][j][e];
+            __syncthreads();
+            if (kg == 0)
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[m][j][e] += red[(m * NT + j) * 4 + e];
+            __syncthreads();
+        }
+        if (kg != 0) return;
+    }
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int r = r0 + warp * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
+                const int r = r0 + wm * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
                 if (r >= rows || t >= n) continue;
                 const float v = acc[m][j][e];
                 if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
@@ -999,10 +1057,13 @@ __global__ void __launch_bounds__(32 * WM) k_gemm_r(const uint8_t *__restrict__ 
             }
 }
 
-// the register-dequantizing GEMM's block shapes: warps (each 16 MT rows x 8 NT tokens), blocks per slice
-#define GR_CONFIGS(X) X(4, 2, 2, 4) X(4, 2, 4, 4) X(4, 2, 8, 2) X(4, 2, 8, 4) X(8, 2, 8, 2) X(4, 4, 8, 2) X(2, 2, 8, 4)
-#define GR_NAMES "4x2x2x4, 4x2x4x4, 4x2x8x2, 4x2x8x4, 8x2x8x2, 4x4x8x2, 2x2x8x4"
-#define GR_CODE(WM, MT, NT, NB) (WM * 1000 + MT * 100 + NT * 10 + NB)
+// the register-dequantizing GEMM's block shapes: warps over rows (each 16 MT rows x 8 NT tokens), blocks per
+// slice, groups of warps splitting each slice
+#define GR_CONFIGS(X)                                                                                                                      \
+    X(4, 2, 2, 4, 1) X(4, 2, 2, 4, 2) X(4, 2, 2, 4, 4) X(4, 2, 4, 4, 2) X(4, 2, 4, 4, 4) X(4, 2, 8, 4, 1) X(4, 2, 8, 4, 2) X(4, 2, 8, 4, 4) \
+        X(4, 2, 8, 8, 2) X(4, 2, 8, 8, 4) X(2, 2, 8, 4, 4)
+#define GR_NAMES "4x2x2x4x1, 4x2x2x4x2, 4x2x2x4x4, 4x2x4x4x2, 4x2x4x4x4, 4x2x8x4x1, 4x2x8x4x2, 4x2x8x4x4, 4x2x8x8x2, 4x2x8x8x4, 2x2x8x4x4"
+#define GR_CODE(WM, MT, NT, NB, KS) (WM * 10000 + MT * 1000 + NT * 100 + NB * 10 + KS)
 
 // cos/sin of each token's rotary angles, in double like the host.
 __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
@@ -1882,70 +1943,153 @@ static int gemm_r_tile_known(int tile);
 template <int TYPE>
 static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate);
 
-static int mv_bench(handle *h, char *err, size_t err_len) {
+static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len);
+
+// the matrix of one kind (qkv, wo, gate/up, down, output) in layer l, and a
+// buffer its product over the step's tokens may write
+static const dmat *bench_mat(handle *h, int kind, int l, float **y) {
+    const dlayer *L = &h->layers[l];
+    *y = kind == 0 ? h->qkv : kind == 2 ? h->gu : kind == 4 ? h->logits : h->x;
+    return kind == 0 ? &L->qkv[0] : kind == 1 ? &L->wo : kind == 2 ? &L->gu[0] : kind == 3 ? &L->down : &h->output;
+}
+
+// Times the products of one kind of matrix over n tokens with the handle's
+// current kernel choices: one product per layer (so no pass finds its
+// weights in L2), captured into a graph as the steps are, replayed; *us is
+// the time a call.
+static int time_products(handle *h, int kind, int n, double *us, char *err, size_t err_len) {
     const plumb_backend_model_desc *d = &h->desc;
-    const int saved_kprof = h->kprof;
-    h->kprof = 0; /* no per-kernel events inside the captured passes */
-    const int saved_rows = h->mv_rows, max_k = d->n_ff > d->n_embd ? d->n_ff : d->n_embd;
-    struct variant { int rows; const char *name; } vs[] = {{1, "1 row a warp"}, {2, "2 rows a warp"}, {MV_AUTO, "auto"}};
-    const char *kinds[] = {"qkv", "wo", "gate/up", "down", "output"};
+    const int calls = kind == 4 ? 1 : d->n_layers, reps = kind == 4 ? 40 : 5;
     cudaEvent_t e0 = NULL, e1 = NULL;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    CHECK(cudaEventCreate(&e0), "mvbench events");
-    CHECK(cudaEventCreate(&e1), "mvbench events");
-    CHECK(cudaMemset(h->aq, 1, (size_t)d->max_batch * max_k), "mvbench activations");
-    CHECK(cudaMemset(h->ad, 0, (size_t)d->max_batch * (max_k / QK + 1) * sizeof(float2)), "mvbench activations");
-    for (int kind = 0; kind < 5; kind++) {
-        const int calls = kind == 4 ? 1 : d->n_layers;
-        const dmat *W0 = kind == 0 ? &h->layers[0].qkv[0] : kind == 1 ? &h->layers[0].wo : kind == 2 ? &h->layers[0].gu[0] : kind == 3 ? &h->layers[0].down : &h->output;
-        if (kind == 4 && !d->has_head) continue;
-        if (!quant_mat(W0)) continue;
-        const double bytes = (double)W0->rows * (W0->cols / QK) * ((W0->type == TYPE_Q4_0 ? 16 : 32) + 2);
-        for (int n = 1; n <= 8 && n <= d->max_batch; n += 7)
-            for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
-                h->mv_rows = vs[v].rows;
-                h->step_n = n;
-                h->launch_err = cudaSuccess;
-                CHECK(cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal), "mvbench capture");
-                for (int l = 0; l < calls; l++) {
-                    const dmat *W = kind == 0 ? &h->layers[l].qkv[0] : kind == 1 ? &h->layers[l].wo : kind == 2 ? &h->layers[l].gu[0] : kind == 3 ? &h->layers[l].down : &h->output;
-                    if (W->type == TYPE_Q4_0) launch_matvec<TYPE_Q4_0>(h, W, n, h->partial, W->rows, 0);
-                    else launch_matvec<TYPE_Q8_0>(h, W, n, h->partial, W->rows, 0);
-                }
-                CHECK(cudaStreamEndCapture(h->stream, &graph), "mvbench capture");
-                CHECK(h->launch_err, "mvbench launch");
-                CHECK(cudaGraphInstantiate(&exec, graph, 0), "mvbench graph");
-                const int reps = kind == 4 ? 40 : 5;
-                CHECK(cudaGraphLaunch(exec, h->stream), "mvbench warm-up");
-                CHECK(cudaEventRecord(e0, h->stream), "mvbench events");
-                for (int r = 0; r < reps; r++) CHECK(cudaGraphLaunch(exec, h->stream), "mvbench run");
-                CHECK(cudaEventRecord(e1, h->stream), "mvbench events");
-                CHECK(cudaEventSynchronize(e1), "mvbench run");
-                float ms = 0;
-                cudaEventElapsedTime(&ms, e0, e1);
-                const double us = ms * 1e3 / ((double)reps * calls);
-                fprintf(stderr, "plumb-cuda: mvbench %-7s %6dx%-6d %s n=%d  %-15s %8.2f us a call %7.0f GB/s\n", kinds[kind], W0->rows, W0->cols,
-                        W0->type == TYPE_Q4_0 ? "Q4_0" : "Q8_0", n, vs[v].name, us, bytes / (us * 1e3));
-                cudaGraphExecDestroy(exec);
-                cudaGraphDestroy(graph);
-                exec = NULL;
-                graph = NULL;
-            }
+    float ms = 0;
+    h->step_n = n;
+    h->launch_err = cudaSuccess;
+    CHECK(cudaEventCreate(&e0), "bench events");
+    CHECK(cudaEventCreate(&e1), "bench events");
+    CHECK(cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal), "bench capture");
+    for (int l = 0; l < calls; l++) {
+        float *y;
+        const dmat *W = bench_mat(h, kind, l, &y);
+        if (matmul(h, W, n, y, W->rows, 0, err, err_len)) {
+            cudaStreamEndCapture(h->stream, &graph);
+            goto fail;
+        }
     }
-    h->mv_rows = saved_rows;
-    h->kprof = saved_kprof;
-    h->step_n = 0;
+    CHECK(cudaStreamEndCapture(h->stream, &graph), "bench capture");
+    CHECK(h->launch_err, "bench launch");
+    CHECK(cudaGraphInstantiate(&exec, graph, 0), "bench graph");
+    CHECK(cudaGraphLaunch(exec, h->stream), "bench warm-up");
+    CHECK(cudaEventRecord(e0, h->stream), "bench events");
+    for (int r = 0; r < reps; r++) CHECK(cudaGraphLaunch(exec, h->stream), "bench run");
+    CHECK(cudaEventRecord(e1, h->stream), "bench events");
+    CHECK(cudaEventSynchronize(e1), "bench run");
+    cudaEventElapsedTime(&ms, e0, e1);
+    *us = ms * 1e3 / ((double)reps * calls);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    h->step_n = 0;
     return 0;
 fail:
-    h->kprof = saved_kprof;
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
+    h->step_n = 0;
     return -1;
+}
+
+static double quant_bytes(const dmat *W) { return (double)W->rows * (W->cols / QK) * ((W->type == TYPE_Q4_0 ? 16 : 32) + 2); }
+static const char *const bench_kinds[] = {"qkv", "wo", "gate/up", "down", "output"};
+
+// activations for bench passes: any finite values (no step has written them)
+static int bench_acts(handle *h, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int max_k = d->n_ff > d->n_embd ? d->n_ff : d->n_embd;
+    CHECK(cudaMemset(h->aq, 1, (size_t)d->max_batch * max_k), "bench activations");
+    CHECK(cudaMemset(h->ad, 0, (size_t)d->max_batch * (max_k / QK + 1) * sizeof(float2)), "bench activations");
+    CHECK(cudaMemset(h->ah, 0x2c, (size_t)d->max_batch * max_k * 2), "bench activations"); /* 0x2c2c: about 0.07 */
+    return 0;
+fail:
+    return -1;
+}
+
+// PLUMB_CUDA_MVBENCH=1: the decode matrix-vector kernels on this model's
+// matrices before the first step (1 and 8 tokens, each rows-per-warp
+// choice): the time a call and the weight bytes streamed a second.
+static int mv_bench(handle *h, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int saved_kprof = h->kprof, saved_rows = h->mv_rows;
+    struct variant { int rows; const char *name; } vs[] = {{1, "1 row a warp"}, {2, "2 rows a warp"}, {MV_AUTO, "auto"}};
+    int rc = bench_acts(h, err, err_len);
+    h->kprof = 0; /* no per-kernel events inside the captured passes */
+    for (int kind = 0; kind < 5 && !rc; kind++) {
+        float *y;
+        if (kind == 4 && !d->has_head) continue;
+        const dmat *W0 = bench_mat(h, kind, 0, &y);
+        if (!quant_mat(W0)) continue;
+        for (int n = 1; n <= 8 && n <= d->max_batch && !rc; n += 7)
+            for (size_t v = 0; v < sizeof vs / sizeof vs[0] && !rc; v++) {
+                double us = 0;
+                h->mv_rows = vs[v].rows;
+                if (!(rc = time_products(h, kind, n, &us, err, err_len)))
+                    fprintf(stderr, "plumb-cuda: mvbench %-7s %6dx%-6d %s n=%d  %-15s %8.2f us a call %7.0f GB/s\n", bench_kinds[kind], W0->rows, W0->cols,
+                            W0->type == TYPE_Q4_0 ? "Q4_0" : "Q8_0", n, vs[v].name, us, quant_bytes(W0) / (us * 1e3));
+            }
+    }
+    h->mv_rows = saved_rows;
+    h->kprof = saved_kprof;
+    return rc;
+}
+
+// PLUMB_CUDA_GEMMBENCH=N[,N..]: the batch GEMMs on this model's matrices
+// for N tokens: the int8 one, and the register-dequantizing one in each
+// built block shape and L2 prefetch size (split-K sums included).
+static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int saved_kprof = h->kprof, saved_kind = h->gemm_kind, saved_tile = h->gemm_r_tile;
+    static const int tiles[] = {
+#define GR_LIST(WM, MT, NT, NB, KS) GR_CODE(WM, MT, NT, NB, KS),
+        GR_CONFIGS(GR_LIST)
+#undef GR_LIST
+    };
+    int rc = bench_acts(h, err, err_len);
+    h->kprof = 0;
+    for (const char *p = list; *p && !rc;) {
+        const int n = atoi(p);
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+        if (n <= MATVEC_MAX_N || n > d->max_batch) {
+            fprintf(stderr, "plumb-cuda: gemmbench: %d tokens is not a batch GEMM size (%d to %d)\n", n, MATVEC_MAX_N + 1, d->max_batch);
+            continue;
+        }
+        for (int kind = 0; kind < 5 && !rc; kind++) {
+            float *y;
+            if (kind == 4 && !d->has_head) continue;
+            const dmat *W0 = bench_mat(h, kind, 0, &y);
+            if (!quant_mat(W0)) continue;
+            for (int v = -1; v < (int)(sizeof tiles / sizeof tiles[0]) && !rc; v++) {
+                double us = 0;
+                char name[48];
+                h->gemm_kind = v < 0 ? GEMM_I8 : GEMM_REG;
+                if (v >= 0) {
+                    const int t = h->gemm_r_tile = tiles[v];
+                    snprintf(name, sizeof name, "reg %dx%dx%dx%dx%d", t / 10000, t / 1000 % 10, t / 100 % 10, t / 10 % 10, t % 10);
+                } else snprintf(name, sizeof name, "i8");
+                if (!(rc = time_products(h, kind, n, &us, err, err_len)))
+                    fprintf(stderr, "plumb-cuda: gemmbench %-7s %6dx%-6d %s n=%d  %-22s %8.2f us a call %7.0f GB/s %6.1f TFLOP/s\n", bench_kinds[kind],
+                            W0->rows, W0->cols, W0->type == TYPE_Q4_0 ? "Q4_0" : "Q8_0", n, name, us, quant_bytes(W0) / (us * 1e3),
+                            2.0 * W0->rows * W0->cols * n / (us * 1e6));
+            }
+        }
+    }
+    h->gemm_kind = saved_kind;
+    h->gemm_r_tile = saved_tile;
+    h->kprof = saved_kprof;
+    return rc;
 }
 
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
@@ -1992,10 +2136,10 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->gemm_kind = !gk || !strcmp(gk, "reg") ? GEMM_REG : !strcmp(gk, "i8") ? GEMM_I8 : GEMM_F16;
         const char *rt = getenv("PLUMB_CUDA_GEMM_RTILE"), *gs = getenv("PLUMB_CUDA_GEMM_SPLITS");
         if (rt) {
-            int wm, mt, nt, nbk;
-            if (sscanf(rt, "%dx%dx%dx%d", &wm, &mt, &nt, &nbk) != 4 || wm < 1 || wm > 9 || mt < 1 || mt > 9 || nt < 1 || nt > 9 || nbk < 1 || nbk > 9 ||
-                !gemm_r_tile_known(h->gemm_r_tile = GR_CODE(wm, mt, nt, nbk))) {
-                snprintf(err, err_len, "PLUMB_CUDA_GEMM_RTILE wants WMxMTxNTxNB, one of the built shapes (%s)", GR_NAMES);
+            int wm, mt, nt, nbk, ks;
+            if (sscanf(rt, "%dx%dx%dx%dx%d", &wm, &mt, &nt, &nbk, &ks) != 5 || wm < 1 || wm > 9 || mt < 1 || mt > 9 || nt < 1 || nt > 9 || nbk < 1 ||
+                nbk > 9 || ks < 1 || ks > 9 || !gemm_r_tile_known(h->gemm_r_tile = GR_CODE(wm, mt, nt, nbk, ks))) {
+                snprintf(err, err_len, "PLUMB_CUDA_GEMM_RTILE wants WMxMTxNTxNBxKS, one of the built shapes (%s)", GR_NAMES);
                 goto fail;
             }
         }
@@ -2105,6 +2249,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     if (fused_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     if (getenv("PLUMB_CUDA_MVBENCH") && strcmp(getenv("PLUMB_CUDA_MVBENCH"), "0") && mv_bench(h, err, err_len)) goto fail;
+    if (getenv("PLUMB_CUDA_GEMMBENCH") && gemm_bench(h, getenv("PLUMB_CUDA_GEMMBENCH"), err, err_len)) goto fail;
     h->peak = h->bytes;
     return h;
 fail:
@@ -2189,33 +2334,28 @@ static cudaError_t gemm_i8_allow_smem_one() {
 }
 
 
-// blocks of each reg GEMM shape a multiprocessor holds ([type is Q8_0][shape]), from the occupancy calculator at load
-static int gr_blocks_per_sm[2][16];
 static int gr_index(int code) {
     int i = 0;
-#define GR_INDEX(WM, MT, NT, NB) if (code == GR_CODE(WM, MT, NT, NB)) return i; i++;
+#define GR_INDEX(WM, MT, NT, NB, KS) if (code == GR_CODE(WM, MT, NT, NB, KS)) return i; i++;
     GR_CONFIGS(GR_INDEX)
 #undef GR_INDEX
     return -1;
 }
 static int gemm_r_tile_known(int tile) { return gr_index(tile) >= 0; }
 
-template <int TYPE, int WM, int MT, int NT, int NB>
+template <int TYPE, int WM, int MT, int NT, int NB, int KS>
 static cudaError_t gemm_r_allow_smem_one() {
-    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
-    cudaError_t e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB, KS> L;
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-    int blocks = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_gemm_r<TYPE, WM, MT, NT, NB>, L::THREADS, L::BYTES);
-    gr_blocks_per_sm[TYPE == TYPE_Q8_0][gr_index(GR_CODE(WM, MT, NT, NB))] = blocks > 0 ? blocks : 1;
+        e = cudaFuncSetAttribute(k_gemm_r<TYPE, WM, MT, NT, NB, KS>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return e;
 }
 
 // the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
 #define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
-#define GR_ALLOW(WM, MT, NT, NB) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB>(),
+#define GR_ALLOW(WM, MT, NT, NB, KS) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB, KS>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB, KS>(),
     const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW)
 #undef GI_ALLOW
 #undef GR_ALLOW
@@ -2253,19 +2393,24 @@ static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy,
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
 }
 
-/* k splits of a reg GEMM of `blocks` output tiles over `chunks` slices: the
- * fewest that minimise waves x slices per split (the time of the slowest
- * multiprocessor, `slots` blocks resident at once), each split 2 slices at
- * least, the partial sums' traffic (written and read once) under half the
- * weight bytes it saves time on, and within the partial buffer */
-static int split_k_r(const handle *h, int blocks, int chunks, int slots, int n, int rows, size_t weight_bytes, int *cps) {
+/* k splits of a reg GEMM of `blocks` output tiles over `chunks` slices.
+ * Measured on the H200 (PLUMB_CUDA_GEMMBENCH, bench/results/gpu/v9-*): the
+ * kernel is bound by instruction issue, so a multiprocessor gets through
+ * the same number of block-slices a microsecond whether it holds one block
+ * or two (about 1.45 us of SM time for a 128-row x 64-token x 128-value
+ * slice). The time is then that of the busiest SM, ceil(blocks x s / SMs)
+ * x slices per split, plus for s > 1 the partial sums: a kernel (~1.5
+ * slice-times) that reads s x n x rows floats (~3.6 MB a slice-time from
+ * L2). The s with the least such time wins. */
+static int split_k_r(const handle *h, int blocks, int chunks, int n, int rows, int *cps) {
     int best = 1;
-    long best_cost = -1;
+    double best_cost = -1;
     for (int s = 1; s <= 8; s++) {
         const int per = (chunks + s - 1) / s;
-        if (s > 1 && (per < 2 || (size_t)s * n * rows * 8 > weight_bytes / 2 || (size_t)s * n * rows > h->partial_elems)) break;
-        const long cost = (long)((blocks * (long)s + slots - 1) / slots) * per;
-        if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+        if (s > 1 && (per < 2 || (size_t)s * n * rows > h->partial_elems)) break;
+        double cost = (double)((blocks * (long)s + h->num_sms - 1) / h->num_sms) * per;
+        if (s > 1) cost += 1.5 + (double)s * n * rows * 4 / 3.6e6;
+        if (best_cost < 0 || cost < best_cost - 1e-9) best = s, best_cost = cost;
     }
     if (h->gemm_splits) best = h->gemm_splits;
     while (best > 1 && (size_t)best * n * rows > h->partial_elems) best--;
@@ -2273,15 +2418,13 @@ static int split_k_r(const handle *h, int blocks, int chunks, int slots, int n, 
     return (chunks + *cps - 1) / *cps;
 }
 
-template <int TYPE, int WM, int MT, int NT, int NB>
+template <int TYPE, int WM, int MT, int NT, int NB, int KS>
 static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    typedef gemm_r_smem<TYPE, WM, MT, NT, NB> L;
+    typedef gemm_r_smem<TYPE, WM, MT, NT, NB, KS> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, L::BN);
-    const int slots = h->num_sms * gr_blocks_per_sm[TYPE == TYPE_Q8_0][gr_index(GR_CODE(WM, MT, NT, NB))];
-    const size_t wbytes = (size_t)W->rows * W->cols * (TYPE == TYPE_Q4_0 ? 9 : 17) / 16;
     int cps;
-    const int splits = split_k_r(h, row_blocks * tok_blocks, (W->cols / QK + NB - 1) / NB, slots, n, W->rows, wbytes, &cps);
-    launch(h, k_gemm_r<TYPE, WM, MT, NT, NB>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
+    const int splits = split_k_r(h, row_blocks * tok_blocks, (W->cols / QK + NB - 1) / NB, n, W->rows, &cps);
+    launch(h, k_gemm_r<TYPE, WM, MT, NT, NB, KS>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
            (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
         launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
@@ -2291,9 +2434,9 @@ static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, 
  * tiles of 16, 32 or 64, four warps of 32 rows */
 template <int TYPE>
 static void launch_gemm_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->gemm_r_tile ? h->gemm_r_tile : n <= 16 ? GR_CODE(4, 2, 2, 4) : n <= 32 ? GR_CODE(4, 2, 4, 4) : GR_CODE(4, 2, 8, 2);
-#define GR_LAUNCH(WM, MT, NT, NB) \
-    if (tile == GR_CODE(WM, MT, NT, NB)) return launch_gemm_r_t<TYPE, WM, MT, NT, NB>(h, W, n, y, ldy, accumulate);
+    const int tile = h->gemm_r_tile ? h->gemm_r_tile : n <= 16 ? GR_CODE(4, 2, 2, 4, 2) : n <= 32 ? GR_CODE(4, 2, 4, 4, 2) : GR_CODE(4, 2, 8, 4, 2);
+#define GR_LAUNCH(WM, MT, NT, NB, KS) \
+    if (tile == GR_CODE(WM, MT, NT, NB, KS)) return launch_gemm_r_t<TYPE, WM, MT, NT, NB, KS>(h, W, n, y, ldy, accumulate);
     GR_CONFIGS(GR_LAUNCH)
 #undef GR_LAUNCH
 }
