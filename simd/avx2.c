@@ -362,8 +362,9 @@ T512 static inline __m512i load2x256(const int8_t *lo, const int8_t *hi) {
             LO_HI                                                                                                                \
             const __m512i p0 = _mm512_maddubs_epi16(lo, load2x256(q8, q8 + 64));                                                 \
             const __m512i p1 = _mm512_maddubs_epi16(hi, load2x256(q8 + 32, q8 + 96));                                            \
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(k4_scale_pair(sm512, 2 * j, 2 * j + 2), p0));                        \
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(k4_scale_pair(sm512, 2 * j + 1, 2 * j + 3), p1));                    \
+            /* vpdpwssd: the sub-block scale times each pair sum, added in one instruction */                                   \
+            sumi = _mm512_dpwssd_epi32(sumi, k4_scale_pair(sm512, 2 * j, 2 * j + 2), p0);                                         \
+            sumi = _mm512_dpwssd_epi32(sumi, k4_scale_pair(sm512, 2 * j + 1, 2 * j + 3), p1);                                     \
         }                                                                                                                        \
         acc = _mm512_fmadd_ps(_mm512_set1_ps(a[i].d * F16(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);                              \
     }
@@ -381,19 +382,20 @@ T512 static float dot_q4_K_avx512(int n, const void *wv, const void *av) {
 T512 static float dot_q5_K_avx512(int n, const void *wv, const void *av) {
     const block_q5_K *w = wv;
     const block_q8_K *a = av;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     __m512 acc = _mm512_setzero_ps();
     __m128 acc_m = _mm_setzero_ps();
     /* fifth bits: bit 2j of qh for slice j's low sub-block, 2j+1 for its high one;
-     * the two 256-bit halves are slices j and j+1 */
+     * the two 256-bit halves are slices j and j+1. A byte mask of each bit
+     * (vptestmb) adds 16 to the nibbles it marks (one masked add). */
 #define Q5_LO_HI                                                                                                                 \
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));                                    \
-    const __m512i sh0 = _mm512_inserti64x4(_mm512_set1_epi64(2 * j), _mm256_set1_epi64x(2 * j + 2), 1);                         \
-    const __m512i sh1 = _mm512_inserti64x4(_mm512_set1_epi64(2 * j + 1), _mm256_set1_epi64x(2 * j + 3), 1);                     \
-    const __m512i h0 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh0), one), 4);                                  \
-    const __m512i h1 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh1), one), 4);                                  \
-    lo = _mm512_or_si512(_mm512_and_si512(qb, m4), h0);                                                                          \
-    hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), h1);
+    const __m512i bit0 = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(1 << (2 * j + 2))), 1); \
+    const __m512i bit1 = _mm512_inserti64x4(_mm512_set1_epi8((char)(2 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j + 2))), 1); \
+    lo = _mm512_and_si512(qb, m4);                                                                                               \
+    hi = _mm512_and_si512(_mm512_srli_epi16(qb, 4), m4);                                                                         \
+    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, bit0), lo, b4);                                                     \
+    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, bit1), hi, b4);
     K4_512_BODY(w[i].qs, Q5_LO_HI)
 #undef Q5_LO_HI
     return _mm512_reduce_add_ps(acc) + hsum_ps_m128(acc_m);
