@@ -239,7 +239,7 @@ reg)
             for c in 12 24 40 64 100; do
                 echo "== $q reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
             done
-            for tile in ${RTILES:-8x2x8x2 4x4x8x2 2x2x8x4}; do
+            for tile in ${RTILES:-4x2x8x4x1 4x2x8x4x4 4x2x8x8x2 4x2x2x4x4}; do
                 echo "== $q reg $tile -c 64: $( (export PLUMB_CUDA_GEMM=reg PLUMB_CUDA_GEMM_RTILE=$tile; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
             done
             echo "== $q i8 -c 64: $( (export PLUMB_CUDA_GEMM=i8; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
@@ -258,7 +258,7 @@ reg)
             PLUMB_CUDA_GEMM=i8 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 3 --no-quality \
                 -o "$OUT/i8-llama2-7b" 2>&1 | grep -E "^\| models|^\| [0-9]|rror"
         fi
-        for tile in ${RTILES_SPEED:-auto 4x2x8x4 8x2x8x2 4x4x8x2}; do
+        for tile in ${RTILES_SPEED:-auto 4x2x4x4x2 4x2x8x8x4}; do
             echo "== kernels, reg $tile"
             (export PLUMB_CUDA_GEMM=reg; [ $tile = auto ] || export PLUMB_CUDA_GEMM_RTILE=$tile
              PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \

@@ -123,7 +123,7 @@ struct handle {
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2|auto): 1, 2 or MV_AUTO
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
-    int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNB as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
+    int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
     int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
     size_t bytes, peak;
@@ -432,6 +432,66 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int valid)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// The batch GEMMs' ST-stage cp.async pipeline over slices [c_begin, c_end):
+// issue_w(c) copies slice c's weights, issue_a(c) its activations, each into
+// stage c % ST. gemm_pipe_start fills the first ST - 1 stages (the weights
+// before waiting on the previous kernel, which they do not depend on; an
+// empty group keeps the count uniform); gemm_pipe_next, at the top of the
+// loop over c, waits for slice c and starts the copies of slice c + ST - 1
+// into the stage everyone has just finished with.
+template <int ST, typename IW, typename IA>
+__device__ __forceinline__ void gemm_pipe_start(int c_begin, int c_end, IW issue_w, IA issue_a) {
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++)
+        if (c_begin + s < c_end) issue_w(c_begin + s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < ST - 1; s++) {
+        if (c_begin + s < c_end) issue_a(c_begin + s);
+        cp_async_commit();
+    }
+}
+template <int ST, typename IW, typename IA>
+__device__ __forceinline__ void gemm_pipe_next(int c, int c_end, IW issue_w, IA issue_a) {
+    cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
+    __syncthreads();         // everyone's have; and slice c-1's stage is free
+    if (c + ST - 1 < c_end) {
+        issue_w(c + ST - 1);
+        issue_a(c + ST - 1);
+    }
+    cp_async_commit();
+}
+
+// One result of a batch GEMM: its split's partial sum, or C (+)= v.
+__device__ __forceinline__ void gemm_put(float v, int t, int r, int n, int rows, float *C, int ldc, int accumulate, float *partial) {
+    if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
+    else {
+        float *o = C + (size_t)t * ldc + r;
+        *o = accumulate ? *o + v : v;
+    }
+}
+
+// KS groups of warps, each with its own sums acc of the same outputs: the
+// other groups' sums join group 0's (kg == 0) through shared memory, red
+// (sizeof acc a thread; the pipeline's stages are free by then).
+template <int KS, typename T>
+__device__ __forceinline__ void gemm_join_groups(T &acc, int kg, float *red) {
+    constexpr int N = sizeof(T) / sizeof(float);
+    float *a = (float *)&acc;
+    __syncthreads();
+    for (int q = 1; q < KS; q++) {
+        if (kg == q)
+#pragma unroll
+            for (int i = 0; i < N; i++) red[i] = a[i];
+        __syncthreads();
+        if (kg == 0)
+#pragma unroll
+            for (int i = 0; i < N; i++) a[i] += red[i];
+        __syncthreads();
+    }
+}
+
 template <int TYPE, int NF, int MA>
 struct gemm_smem {
     static constexpr int ROWS = GM_ROWS * MA;                                  // rows of a block: 8 warps x 16 MA
@@ -492,25 +552,10 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
     for (int m = 0; m < MA; m++)
 #pragma unroll
         for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[m][j], 0.0f);
-    pdl_trigger();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++)
-        if (c_begin + s < c_end) issue_w(c_begin + s); // weights need nothing from the previous kernel
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
-        if (c_begin + s < c_end) issue_a(c_begin + s);
-        cp_async_commit(); // an empty group keeps the count uniform
-    }
+    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
     __half *myW = sW + warp * WR * GM_LD;
     for (int c = c_begin; c < c_end; c++) {
-        cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
-        __syncthreads();         // everyone's have; and slice c-1's stage is free
-        if (c + ST - 1 < c_end) {
-            issue_w(c + ST - 1);
-            issue_a(c + ST - 1);
-        }
-        cp_async_commit();
+        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
 #pragma unroll
         for (int m = 0; m < MA; m++) { // dequantize: lane -> (row lane/2, block lane&1) of each 16 rows of this warp
@@ -575,13 +620,7 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
     for (int e = lane; e < MA * NF * 256; e += 32) {
         const int mj = e >> 8, m = mj / NF, j = mj % NF, tl = (e >> 4) & 15, rl = e & 15;
         const int r = r0 + warp * WR + m * 16 + rl, t = t0 + j * 16 + tl;
-        if (r >= rows || t >= n) continue;
-        const float v = sC[e];
-        if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
-        else {
-            float *o = C + (size_t)t * ldc + r;
-            *o = accumulate ? *o + v : v;
-        }
+        if (r < rows && t < n) gemm_put(sC[e], t, r, n, rows, C, ldc, accumulate, partial);
     }
 }
 
@@ -692,24 +731,9 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
-    pdl_trigger();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++)
-        if (c_begin + s < c_end) issue_w(c_begin + s);
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
-        if (c_begin + s < c_end) issue_a(c_begin + s);
-        cp_async_commit();
-    }
+    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
     for (int c = c_begin; c < c_end; c++) {
-        cp_async_wait<ST - 2>();
-        __syncthreads();
-        if (c + ST - 1 < c_end) {
-            issue_w(c + ST - 1);
-            issue_a(c + ST - 1);
-        }
-        cp_async_commit();
+        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
         const __half *swd = (const __half *)(st + L::STAGE_W);
@@ -759,28 +783,7 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
         }
     }
     cp_async_wait<0>();
-    if (KS > 1) { // the other groups' sums join group 0's through shared memory (free now)
-        __syncthreads();
-        float *red = (float *)smem + ((warp % (WM * WN)) * 32 + lane) * MT * 16;
-        for (int q = 1; q < KS; q++) {
-            if (kg == q)
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) red[(m * 4 + j) * 4 + e] = acc[m][j][e];
-            __syncthreads();
-            if (kg == 0)
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) acc[m][j][e] += red[(m * 4 + j) * 4 + e];
-            __syncthreads();
-        }
-    }
+    if (KS > 1) gemm_join_groups<KS>(acc, kg, (float *)smem + ((warp % (WM * WN)) * 32 + lane) * MT * 16);
     if (kg == 0)
 #pragma unroll
         for (int m = 0; m < MT; m++)
@@ -789,13 +792,7 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = r0 + wm * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + wn * 32 + j * 8 + 2 * tq + (e & 1);
-                    if (r >= rows || t >= n) continue;
-                    const float v = acc[m][j][e];
-                    if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
-                    else {
-                        float *o = C + (size_t)t * ldc + r;
-                        *o = accumulate ? *o + v : v;
-                    }
+                    if (r < rows && t < n) gemm_put(acc[m][j][e], t, r, n, rows, C, ldc, accumulate, partial);
                 }
     if (!partial || !tile_count) return;
     // split-K without a second kernel: the last split of a tile to finish
@@ -959,24 +956,9 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
-    pdl_trigger();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++)
-        if (c_begin + s < c_end) issue_w(c_begin + s); // weights need nothing from the previous kernel
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
-        if (c_begin + s < c_end) issue_a(c_begin + s);
-        cp_async_commit(); // an empty group keeps the count uniform
-    }
+    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
     for (int c = c_begin; c < c_end; c++) {
-        cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
-        __syncthreads();         // everyone's have; and slice c-1's stage is free
-        if (c + ST - 1 < c_end) {
-            issue_w(c + ST - 1);
-            issue_a(c + ST - 1);
-        }
-        cp_async_commit();
+        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
         const __half *swd = (const __half *)(st + L::STAGE_W);
@@ -1017,27 +999,8 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
         }
     }
     cp_async_wait<0>();
-    if (KS > 1) { // the other groups' sums join group 0's through shared memory (free now)
-        __syncthreads();
-        float *red = (float *)smem + (wm * 32 + lane) * MT * NT * 4;
-        for (int q = 1; q < KS; q++) {
-            if (kg == q)
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) red[(m * NT + j) * 4 + e] = acc[m][j][e];
-            __syncthreads();
-            if (kg == 0)
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) acc[m][j][e] += red[(m * NT + j) * 4 + e];
-            __syncthreads();
-        }
+    if (KS > 1) {
+        gemm_join_groups<KS>(acc, kg, (float *)smem + (wm * 32 + lane) * MT * NT * 4);
         if (kg != 0) return;
     }
 #pragma unroll
@@ -1047,13 +1010,7 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = r0 + wm * 16 * MT + m * 16 + g + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
-                if (r >= rows || t >= n) continue;
-                const float v = acc[m][j][e];
-                if (partial) partial[((size_t)blockIdx.z * n + t) * rows + r] = v;
-                else {
-                    float *o = C + (size_t)t * ldc + r;
-                    *o = accumulate ? *o + v : v;
-                }
+                if (r < rows && t < n) gemm_put(acc[m][j][e], t, r, n, rows, C, ldc, accumulate, partial);
             }
 }
 
@@ -2047,7 +2004,7 @@ static int mv_bench(handle *h, char *err, size_t err_len) {
 
 // PLUMB_CUDA_GEMMBENCH=N[,N..]: the batch GEMMs on this model's matrices
 // for N tokens: the int8 one, and the register-dequantizing one in each
-// built block shape and L2 prefetch size (split-K sums included).
+// built block shape (split-K sums included).
 static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
     const plumb_backend_model_desc *d = &h->desc;
     const int saved_kprof = h->kprof, saved_kind = h->gemm_kind, saved_tile = h->gemm_r_tile;
@@ -2332,7 +2289,6 @@ static cudaError_t gemm_i8_allow_smem_one() {
         e = cudaFuncSetAttribute(k_gemm_i8<TYPE, WM, WN, MT, NB, KS, MB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
     return e;
 }
-
 
 static int gr_index(int code) {
     int i = 0;
