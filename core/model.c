@@ -281,8 +281,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->gpu_first = hp->n_layer;
     snprintf(c->gpu_status, sizeof c->gpu_status, "GPU offload not requested (-ngl 0)");
     if (c->p.n_gpu_layers != 0) gpu_setup(c);
-    c->kv_layers = c->gpu_first;
-    size_t kv = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)c->kv_layers * (size_t)c->kv_dim;
+    size_t kv = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)c->gpu_first * (size_t)c->kv_dim;
     size_t nb = (size_t)c->n_batch;
     int n_threads = omp_get_max_threads();
     c->k_pool = scratch(c, kv ? kv : 1, "KV cache (keys)");

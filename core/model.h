@@ -89,8 +89,7 @@ struct plumb_ctx {
     int n_ctx;       /* KV positions in all, across sequences */
     int kv_dim;
     int n_kv_blocks;
-    float *k_pool, *v_pool; /* [block][kv_layers][PLUMB_KV_BLOCK][kv_dim] */
-    int kv_layers;          /* layers whose cache the host keeps: those before gpu_first */
+    float *k_pool, *v_pool; /* [block][gpu_first][PLUMB_KV_BLOCK][kv_dim]: the layers the host runs */
     int *free_blocks, n_free;
     int n_seq_max;
     plumb_seq *seqs;
@@ -115,7 +114,7 @@ struct plumb_ctx {
 /* Key (or value) vector of sequence position pos, layer l. */
 static inline float *kv_at(const plumb_ctx *c, float *pool, const plumb_seq *s, int l, int pos) {
     const int block = s->blocks[pos / PLUMB_KV_BLOCK];
-    return pool + (((size_t)block * c->kv_layers + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * (size_t)c->kv_dim;
+    return pool + (((size_t)block * c->gpu_first + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * (size_t)c->kv_dim;
 }
 
 /* Architecture hooks (models/llama.c). */
