@@ -38,11 +38,6 @@
 #          batch-64 steps for each shape in RTILES_SPEED (PLUMB_CUDA_KPROF=1)
 #   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
 #          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
-#   l2pf   the next decode product's first weights pulled into L2 on a side branch of the
-#          step (PLUMB_CUDA_L2PF=MiB, PLUMB_CUDA_L2PF_MODE=line|bulk): against the CPU (synthetic
-#          TinyLlama Q4_0/Q8_0, chunks of 8; greedy ids on the real models), then 7B Q4_0 and
-#          TinyLlama Q8_0 batch 1/8 through the settings in L2PF_AB (MiB[:mode], default
-#          "0 4 8 16 32 8:bulk 16:bulk", twice)
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -277,28 +272,6 @@ gemmbench)
         PLUMB_CUDA_GEMMBENCH=${GEMMBENCH_N:-16,32,64} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/gemmbench" 2>&1 | grep -E "gemmbench|rror"
     done 2>&1 | tee "$OUT/gemmbench.txt"
-    ;;
-l2pf)
-    {
-        for q in q4_0 q8_0; do
-            m=$(model tinyllama-1.1b $q)
-            echo "== synthetic TinyLlama $q, PLUMB_CUDA_L2PF=8, chunks of 8: $( (export PLUMB_CUDA_L2PF=8; compare "$m" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
-        done
-        for mm in stories260K.gguf TinyStories-656K-Q8_0.gguf; do
-            $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids --exact 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-cpu.txt"
-            PLUMB_CUDA_L2PF=8 $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-gpu.txt"
-            cmp -s "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt" && echo "== $mm, PLUMB_CUDA_L2PF=8: greedy ids CPU exact vs GPU identical" || echo "== $mm: greedy ids DIFFER"
-        done
-    } 2>&1 | tee "$OUT/l2pf-check.txt"
-    for shape in "llama2-7b q4_0" "tinyllama-1.1b q8_0"; do
-        m=$(model $shape)
-        for v in ${L2PF_AB:-0 4 8 16 32 8:bulk 16:bulk 0 4 8 16 32 8:bulk 16:bulk}; do
-            mode=line; [[ $v == *:* ]] && mode=${v#*:}
-            echo "== $shape PLUMB_CUDA_L2PF=${v%%:*} PLUMB_CUDA_L2PF_MODE=$mode"
-            PLUMB_CUDA_L2PF=${v%%:*} PLUMB_CUDA_L2PF_MODE=$mode PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8 -p 128 -n 32 --reps 3 --no-quality \
-                -o "$OUT/l2pf-${shape// /-}-${v/:/-}" 2>&1 | grep -E "^\| models|rror|plumb-cuda: batch +(1|8):"
-        done
-    done 2>&1 | tee "$OUT/l2pf-ab.txt"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -120,11 +120,6 @@ struct handle {
     cudaError_t launch_err;      // first failed launch of the step
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
     int skip;                                  // PLUMB_CUDA_SKIP=products|others: a timing experiment that leaves those kernels out (results are garbage)
-    size_t l2pf_bytes;                         // PLUMB_CUDA_L2PF=MiB: first weights of the next decode product pulled into L2 (0: off)
-    int l2pf_bulk;                             // PLUMB_CUDA_L2PF_MODE=bulk: 16 KiB bulk prefetches (sm_90) instead of one a line
-    cudaStream_t pf_stream;                    // the step's side branch the prefetches run on
-    cudaEvent_t pf_fork, pf_join;
-    int pf_forked;                             // the running step has a side branch to join
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2|auto): 1, 2 or MV_AUTO
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
@@ -198,44 +193,6 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-
-// The next decode product's first weights, pulled into L2 while the small
-// kernels before it (norm, RoPE, attention, SwiGLU) run: at one token those
-// leave the memory idle for ~4 us each, a third of a step, while the product
-// after them then waits on HBM (bench/results/gpu/v8-decode-products.md).
-// The prefetch kernels run on a side branch of the step (h->pf_stream, forked
-// after each product, joined at the end of the step), so nothing on the
-// chain of dependent kernels waits for them. (Issued from the small kernels
-// themselves, bulk prefetches held each kernel until they had landed: the
-// step grew by ~1 ms per GB prefetched.) q/s: the product's first quants
-// and scales in the order its blocks run.
-struct l2pf {
-    const uint8_t *q, *s;
-    unsigned qb, sb; // bytes, multiples of 16 (0: nothing)
-};
-#define PF_CHUNK 16384 // bytes a bulk prefetch instruction
-
-template <int BULK>
-__device__ __forceinline__ void l2_prefetch_range(const uint8_t *p, unsigned bytes, unsigned tid, unsigned nthreads) {
-    if (BULK) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        for (size_t off = (size_t)tid * PF_CHUNK; off < bytes; off += (size_t)nthreads * PF_CHUNK) {
-            const unsigned len = bytes - off < PF_CHUNK ? (unsigned)(bytes - off) : PF_CHUNK;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(len) : "memory");
-        }
-#endif
-    } else {
-        for (size_t off = (size_t)tid * 128; off < bytes; off += (size_t)nthreads * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-    }
-}
-
-// BULK = 0: a prefetch a 128-byte line; 1 (sm_90): cp.async.bulk.prefetch.L2 a 16 KiB chunk
-template <int BULK>
-__global__ void __launch_bounds__(256) k_l2_prefetch(l2pf pf) {
-    const unsigned nthreads = gridDim.x * blockDim.x, tid = blockIdx.x * blockDim.x + threadIdx.x;
-    l2_prefetch_range<BULK>(pf.q, pf.qb, tid, nthreads);
-    l2_prefetch_range<BULK>(pf.s, pf.sb, tid, nthreads);
 }
 
 // A thread holds 4 consecutive values of a row (at i4 = index of value 0,
@@ -1859,9 +1816,6 @@ static void unload(void *hv) {
     for (int i = 0; i < GRAPH_SLOTS; i++) if (h->graphs[i].used) cudaGraphExecDestroy(h->graphs[i].exec);
     if (h->blas) cublasDestroy(h->blas);
     if (h->stream) cudaStreamDestroy(h->stream);
-    if (h->pf_stream) cudaStreamDestroy(h->pf_stream);
-    if (h->pf_fork) cudaEventDestroy(h->pf_fork);
-    if (h->pf_join) cudaEventDestroy(h->pf_join);
     free(h->layers);
     free(h);
 }
@@ -1969,7 +1923,6 @@ static int time_products(handle *h, int kind, int n, double *us, char *err, size
     float ms = 0;
     h->step_n = n;
     h->launch_err = cudaSuccess;
-    h->pf_forked = 0;
     CHECK(cudaEventCreate(&e0), "bench events");
     CHECK(cudaEventCreate(&e1), "bench events");
     CHECK(cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal), "bench capture");
@@ -2169,19 +2122,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->skip = !sk ? 0 : !strcmp(sk, "products") ? SKIP_PRODUCTS : SKIP_OTHERS;
         if (h->skip) fprintf(stderr, "plumb-cuda: PLUMB_CUDA_SKIP=%s: timing experiment, the model's output is meaningless\n", sk);
         h->mv_rows = !mr || !strcmp(mr, "auto") ? MV_AUTO : !strcmp(mr, "1") ? 1 : 2;
-        const char *pf = getenv("PLUMB_CUDA_L2PF");
-        double pf_mib = 0;
-        if (pf && (sscanf(pf, "%lf", &pf_mib) != 1 || pf_mib < 0 || pf_mib > 64)) {
-            snprintf(err, err_len, "PLUMB_CUDA_L2PF wants 0 to 64 (MiB of the next decode product's weights each small kernel pulls into L2)");
-            goto fail;
-        }
-        h->l2pf_bytes = (size_t)(pf_mib * 1048576.0);
-        const char *pm = getenv("PLUMB_CUDA_L2PF_MODE");
-        if (pm && strcmp(pm, "line") && strcmp(pm, "bulk")) {
-            snprintf(err, err_len, "PLUMB_CUDA_L2PF_MODE wants line or bulk (prefetch instructions of a cache line or of 16 KiB)");
-            goto fail;
-        }
-        h->l2pf_bulk = pm && !strcmp(pm, "bulk");
     }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
     if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
@@ -2204,11 +2144,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->use_graphs = 0; /* events between the kernels of a graph cannot be read per kernel */
     }
     CHECK(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "creating a stream");
-    if (h->l2pf_bytes) {
-        CHECK(cudaStreamCreateWithFlags(&h->pf_stream, cudaStreamNonBlocking), "creating a stream");
-        CHECK(cudaEventCreateWithFlags(&h->pf_fork, cudaEventDisableTiming), "creating an event");
-        CHECK(cudaEventCreateWithFlags(&h->pf_join, cudaEventDisableTiming), "creating an event");
-    }
     CHECK(gemm_allow_smem(), "configuring the GEMM kernels");
     if (cublasCreate(&h->blas) != CUBLAS_STATUS_SUCCESS) { snprintf(err, err_len, "cuBLAS did not initialise"); goto fail; }
     cublasSetStream(h->blas, h->stream);
@@ -2541,38 +2476,6 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
     return 0;
 }
 
-// The first l2pf_bytes of W's rows (in the order its decode product's blocks
-// run); empty when off, when the step is a batch GEMM's (n > MATVEC_MAX_N) or
-// W is not quantized.
-static l2pf pf_plan(const handle *h, const dmat *W, int n) {
-    l2pf pf = {NULL, NULL, 0, 0};
-    if (!h->l2pf_bytes || n > MATVEC_MAX_N || !W || (W->type != TYPE_Q4_0 && W->type != TYPE_Q8_0)) return pf;
-    const size_t qrow = W->type == TYPE_Q4_0 ? (size_t)W->cols / 2 : (size_t)W->cols, srow = (size_t)W->dstride * 2;
-    const size_t per = h->l2pf_bytes / (qrow + srow), r1 = per < (size_t)W->rows ? per : (size_t)W->rows;
-    pf.q = W->qs;
-    pf.qb = (unsigned)(r1 * qrow) & ~15u;
-    pf.s = (const uint8_t *)W->d;
-    pf.sb = (unsigned)(r1 * srow) & ~15u;
-    return pf;
-}
-
-// Forks the step's side branch after the kernels launched so far: W's first
-// weights into L2 (see k_l2_prefetch) while the small kernels before its
-// product run. run_layers joins the branch at the end of the step.
-static void prefetch_next(handle *h, const dmat *W, int n) {
-    const l2pf pf = pf_plan(h, W, n);
-    if (!pf.qb) return;
-    cudaError_t e = cudaEventRecord(h->pf_fork, h->stream);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(h->pf_stream, h->pf_fork, 0);
-    if (e == cudaSuccess) {
-        if (h->l2pf_bulk) k_l2_prefetch<1><<<h->num_sms, 256, 0, h->pf_stream>>>(pf);
-        else k_l2_prefetch<0><<<h->num_sms, 256, 0, h->pf_stream>>>(pf);
-        e = cudaGetLastError();
-    }
-    if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e;
-    h->pf_forked = 1;
-}
-
 // With fmt, attention writes the output projection's activations itself.
 static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
     const plumb_backend_model_desc *d = &h->desc;
@@ -2668,7 +2571,6 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
         if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
         if (mm && matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
-        prefetch_next(h, &L->wo, n);
         if (other) launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
                                             d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
         if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
@@ -2677,23 +2579,14 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
         }
         if (mm && matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
-        prefetch_next(h, &L->gu[0], n);
         if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
         if (mm && matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
-        prefetch_next(h, &L->down, n);
         if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
         if (mm && matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
-        prefetch_next(h, l + 1 < d->n_layers ? &h->layers[l + 1].qkv[0] : d->has_head && n_out ? &h->output : NULL, n);
     }
     if (d->has_head && n_out) {
         if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
         if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
-    }
-    if (h->pf_forked) { /* the side branch joins the step before it ends */
-        cudaError_t j = cudaEventRecord(h->pf_join, h->pf_stream);
-        if (j == cudaSuccess) j = cudaStreamWaitEvent(h->stream, h->pf_join, 0);
-        if (j != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = j;
-        h->pf_forked = 0;
     }
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = h->launch_err;
