@@ -1,5 +1,5 @@
-/* repack.c — the 8-row interleaved layouts of Q8_0 and Q4_0 used by the
- * fast matrix-vector kernels.
+/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0 and Q4_K used by
+ * the fast matrix-vector kernels.
  *
  * A group of 8 consecutive rows is stored block by block. For block b:
  *   d[8]            the 8 rows' fp16 scales (one 128-bit load -> 8 floats)
@@ -13,7 +13,43 @@
 
 #include "quant.h"
 
-int plumb_repack8_supported(uint32_t type) { return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0; }
+/* Q4_K: a group of 8 rows stored super-block by super-block, 8 x 144 bytes
+ * as the rows have them:
+ *   d[8], dmin[8]   the rows' fp16 scales (one 128-bit load each)
+ *   sc[3][8]        each row's 12 packed scale bytes as three 32-bit words,
+ *                   word w of row r at sc[w][r] (so the 6-bit unpacking runs
+ *                   on all 8 rows at once, a row per 32-bit lane)
+ *   quants          64-value slice j (32 bytes a row: low nibbles values
+ *                   64j.., high ones 64j+32..) in 8 steps of 4 bytes: step s
+ *                   holds bytes 32j+4s..32j+4s+3 of row 0, then row 1, ...
+ * Same bytes as the rows, so a decode step streams no more than before. */
+#define Q4K_GROUP (8 * (int)sizeof(block_q4_K)) /* bytes of one super-block of a group */
+
+int plumb_repack8_supported(uint32_t type) { return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K; }
+
+static void repack8_q4_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
+    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q4K_GROUP) {
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *b = (const block_q4_K *)(src + (size_t)r * row_bytes) + i;
+            memcpy(dst + 2 * r, &b->d, 2);
+            memcpy(dst + 16 + 2 * r, &b->dmin, 2);
+            for (int w = 0; w < 3; w++) memcpy(dst + 32 + 32 * w + 4 * r, b->scales + 4 * w, 4);
+            for (int j = 0; j < 4; j++)
+                for (int st = 0; st < 8; st++) memcpy(dst + 128 + 256 * j + 32 * st + 4 * r, b->qs + 32 * j + 4 * st, 4);
+        }
+    }
+}
+
+static void unpack_row_q4_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
+    for (int64_t i = 0; i < cols / QK_K; i++, src += Q4K_GROUP) {
+        block_q4_K *b = (block_q4_K *)row + i;
+        memcpy(&b->d, src + 2 * r, 2);
+        memcpy(&b->dmin, src + 16 + 2 * r, 2);
+        for (int w = 0; w < 3; w++) memcpy(b->scales + 4 * w, src + 32 + 32 * w + 4 * r, 4);
+        for (int j = 0; j < 4; j++)
+            for (int st = 0; st < 8; st++) memcpy(b->qs + 32 * j + 4 * st, src + 128 + 256 * j + 32 * st + 4 * r, 4);
+    }
+}
 
 /* bytes of quants per row in one block, and the block size in bytes */
 static void layout(uint32_t type, int *qbytes, int *bsize) {
@@ -22,6 +58,10 @@ static void layout(uint32_t type, int *qbytes, int *bsize) {
 }
 
 void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
+    if (type == PLUMB_TYPE_Q4_K) {
+        repack8_q4_K(src, row_bytes, cols, dst);
+        return;
+    }
     int qb, bs;
     layout(type, &qb, &bs);
     const int64_t nb = cols / 32;
@@ -36,6 +76,10 @@ void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t 
 
 /* Row r of a repacked group back in the standard layout (for the reference). */
 static void unpack_row(uint32_t type, const uint8_t *src, int64_t cols, int r, uint8_t *row) {
+    if (type == PLUMB_TYPE_Q4_K) {
+        unpack_row_q4_K(src, cols, r, row);
+        return;
+    }
     int qb, bs;
     layout(type, &qb, &bs);
     for (int64_t b = 0; b < cols / 32; b++) {
@@ -51,6 +95,8 @@ void plumb_dot8_ref(uint32_t type, int n, const void *w8, const void *act, float
     for (int r = 0; r < 8; r++) {
         if (n > 16384) { out[r] = 0; continue; } /* reference is for tests; real rows are shorter */
         unpack_row(type, w8, n, r, row);
-        out[r] = type == PLUMB_TYPE_Q8_0 ? plumb_dot_q8_0_q8a_ref(n, row, act) : plumb_dot_q4_0_q8a_ref(n, row, act);
+        out[r] = type == PLUMB_TYPE_Q8_0   ? plumb_dot_q8_0_q8a_ref(n, row, act)
+                 : type == PLUMB_TYPE_Q4_K ? plumb_dot_q4_K_q8K_ref(n, row, act)
+                                           : plumb_dot_q4_0_q8a_ref(n, row, act);
     }
 }

@@ -100,20 +100,31 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
     const plumb_type_traits *t = plumb_type_get(type);
     plumb_rng rng;
     plumb_rng_seed(&rng, 77 + type);
-    const int sizes[] = {32, 64, 96, 2048, 2080};
+    const int q8k = t->act == PLUMB_ACT_Q8K;
+    const int sizes[] = {32, 64, 96, 2048, 2080}, sizes_k[] = {256, 512, 768, 2048, 2816};
     for (int si = 0; si < 5; si++) {
-        const int n = sizes[si];
+        const int n = q8k ? sizes_k[si] : sizes[si];
         const size_t rb = plumb_type_row_bytes(type, (uint64_t)n);
         uint8_t *w = malloc(8 * rb), *p = malloc(8 * rb);
         float *x = malloc(sizeof(float) * (size_t)n), *row = malloc(sizeof(float) * (size_t)n);
-        block_q8a *a = malloc(sizeof(block_q8a) * (size_t)(n / 32));
+        void *a = malloc(plumb_matmul_act_bytes(type, n, 1));
         for (int rr = 0; rr < 8; rr++) {
             kc_random(row, n, &rng, 0.1f);
             t->from_float(row, w + (size_t)rr * rb, n);
         }
         kc_random(x, n, &rng, 2.0f);
-        plumb_quantize_q8a(x, a, n);
+        if (q8k) plumb_quantize_q8_K(x, a, n);
+        else plumb_quantize_q8a(x, a, n);
         plumb_repack8(type, w, rb, n, p);
+        {   /* the layout holds the rows: unpacked back, the reference gives the same sums */
+            float ref8[8];
+            plumb_dot8_ref(type, n, p, a, ref8);
+            for (int rr = 0; rr < 8; rr++) {
+                const float want = plumb_kernels_scalar()->dot[type](n, w + (size_t)rr * rb, a);
+                if (ref8[rr] == want) r->passed++;
+                else kc_fail(r, "repack8 %s n=%d row %d: reference over the repacked rows %.7g vs %.7g", t->name, n, rr, ref8[rr], want);
+            }
+        }
         float got[8];
         k->dot8[type](n, p, a, got);
         if (k->gemm16[type]) { /* two groups (the same one twice) x 4 tokens against dot8 */
