@@ -1,5 +1,5 @@
-/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0 and Q4_K used by
- * the fast matrix-vector kernels.
+/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0, Q4_K and Q5_K used
+ * by the fast matrix-vector kernels.
  *
  * A group of 8 consecutive rows is stored block by block. For block b:
  *   d[8]            the 8 rows' fp16 scales (one 128-bit load -> 8 floats)
@@ -22,32 +22,59 @@
  *   quants          64-value slice j (32 bytes a row: low nibbles values
  *                   64j.., high ones 64j+32..) in 8 steps of 4 bytes: step s
  *                   holds bytes 32j+4s..32j+4s+3 of row 0, then row 1, ...
- * Same bytes as the rows, so a decode step streams no more than before. */
+ * Same bytes as the rows, so a decode step streams no more than before.
+ * Q5_K: the same, with the rows' fifth bits between the scales and the
+ * quants: qh in 8 steps of 4 bytes, step s holding qh bytes 4s..4s+3 of
+ * each row (byte l's bit 2j is value 64j+l's, bit 2j+1 value 64j+32+l's,
+ * so one step of qh serves step s of every slice). */
 #define Q4K_GROUP (8 * (int)sizeof(block_q4_K)) /* bytes of one super-block of a group */
+#define Q5K_GROUP (8 * (int)sizeof(block_q5_K))
 
-int plumb_repack8_supported(uint32_t type) { return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K; }
+int plumb_repack8_supported(uint32_t type) {
+    return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K;
+}
+
+/* the parts Q4_K and Q5_K share: scales of row r into the group's header,
+ * its 128 quant bytes into the steps at q (or back: unpack != 0) */
+static void k_header_quants(uint8_t *g, uint8_t *q, int r, plumb_half *d, plumb_half *dmin, uint8_t *scales, uint8_t *qs, int unpack) {
+#define MOVE(grp, row, n) (unpack ? memcpy(row, grp, n) : memcpy(grp, row, n))
+    MOVE(g + 2 * r, d, 2);
+    MOVE(g + 16 + 2 * r, dmin, 2);
+    for (int w = 0; w < 3; w++) MOVE(g + 32 + 32 * w + 4 * r, scales + 4 * w, 4);
+    for (int j = 0; j < 4; j++)
+        for (int st = 0; st < 8; st++) MOVE(q + 256 * j + 32 * st + 4 * r, qs + 32 * j + 4 * st, 4);
+#undef MOVE
+}
+
+static void repack8_q5_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
+    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q5K_GROUP)
+        for (int r = 0; r < 8; r++) {
+            block_q5_K *b = (block_q5_K *)(src + (size_t)r * row_bytes) + i;
+            k_header_quants(dst, dst + 128 + 256, r, &b->d, &b->dmin, b->scales, b->qs, 0);
+            for (int st = 0; st < 8; st++) memcpy(dst + 128 + 32 * st + 4 * r, b->qh + 4 * st, 4);
+        }
+}
+
+static void unpack_row_q5_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
+    for (int64_t i = 0; i < cols / QK_K; i++, src += Q5K_GROUP) {
+        block_q5_K *b = (block_q5_K *)row + i;
+        k_header_quants((uint8_t *)src, (uint8_t *)src + 128 + 256, r, &b->d, &b->dmin, b->scales, b->qs, 1);
+        for (int st = 0; st < 8; st++) memcpy(b->qh + 4 * st, src + 128 + 32 * st + 4 * r, 4);
+    }
+}
 
 static void repack8_q4_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q4K_GROUP) {
+    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q4K_GROUP)
         for (int r = 0; r < 8; r++) {
-            const block_q4_K *b = (const block_q4_K *)(src + (size_t)r * row_bytes) + i;
-            memcpy(dst + 2 * r, &b->d, 2);
-            memcpy(dst + 16 + 2 * r, &b->dmin, 2);
-            for (int w = 0; w < 3; w++) memcpy(dst + 32 + 32 * w + 4 * r, b->scales + 4 * w, 4);
-            for (int j = 0; j < 4; j++)
-                for (int st = 0; st < 8; st++) memcpy(dst + 128 + 256 * j + 32 * st + 4 * r, b->qs + 32 * j + 4 * st, 4);
+            block_q4_K *b = (block_q4_K *)(src + (size_t)r * row_bytes) + i;
+            k_header_quants(dst, dst + 128, r, &b->d, &b->dmin, b->scales, b->qs, 0);
         }
-    }
 }
 
 static void unpack_row_q4_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
     for (int64_t i = 0; i < cols / QK_K; i++, src += Q4K_GROUP) {
         block_q4_K *b = (block_q4_K *)row + i;
-        memcpy(&b->d, src + 2 * r, 2);
-        memcpy(&b->dmin, src + 16 + 2 * r, 2);
-        for (int w = 0; w < 3; w++) memcpy(b->scales + 4 * w, src + 32 + 32 * w + 4 * r, 4);
-        for (int j = 0; j < 4; j++)
-            for (int st = 0; st < 8; st++) memcpy(b->qs + 32 * j + 4 * st, src + 128 + 256 * j + 32 * st + 4 * r, 4);
+        k_header_quants((uint8_t *)src, (uint8_t *)src + 128, r, &b->d, &b->dmin, b->scales, b->qs, 1);
     }
 }
 
@@ -58,8 +85,8 @@ static void layout(uint32_t type, int *qbytes, int *bsize) {
 }
 
 void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    if (type == PLUMB_TYPE_Q4_K) {
-        repack8_q4_K(src, row_bytes, cols, dst);
+    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K) {
+        (type == PLUMB_TYPE_Q4_K ? repack8_q4_K : repack8_q5_K)(src, row_bytes, cols, dst);
         return;
     }
     int qb, bs;
@@ -76,8 +103,8 @@ void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t 
 
 /* Row r of a repacked group back in the standard layout (for the reference). */
 static void unpack_row(uint32_t type, const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    if (type == PLUMB_TYPE_Q4_K) {
-        unpack_row_q4_K(src, cols, r, row);
+    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K) {
+        (type == PLUMB_TYPE_Q4_K ? unpack_row_q4_K : unpack_row_q5_K)(src, cols, r, row);
         return;
     }
     int qb, bs;
@@ -97,6 +124,7 @@ void plumb_dot8_ref(uint32_t type, int n, const void *w8, const void *act, float
         unpack_row(type, w8, n, r, row);
         out[r] = type == PLUMB_TYPE_Q8_0   ? plumb_dot_q8_0_q8a_ref(n, row, act)
                  : type == PLUMB_TYPE_Q4_K ? plumb_dot_q4_K_q8K_ref(n, row, act)
+                 : type == PLUMB_TYPE_Q5_K ? plumb_dot_q5_K_q8K_ref(n, row, act)
                                            : plumb_dot_q4_0_q8a_ref(n, row, act);
     }
 }

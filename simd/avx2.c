@@ -157,7 +157,7 @@ static const plumb_kernels avx2 = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx2},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
@@ -181,7 +181,7 @@ static const plumb_kernels avx2_vnni = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
@@ -376,6 +376,46 @@ T512 static void dot8_q4_K_avx512(int n, const void *wv, const void *av, float *
     _mm256_storeu_ps(out, acc);
 }
 
+/* Q5_K, 8 rows: as dot8_q4_K_avx512, the fifth bits (the qh steps, loaded
+ * once per super-block) added as 16 by a byte mask (vptestmb) and a masked add. */
+T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *out) {
+    const uint8_t *w = wv;
+    const block_q8_K *a = av;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
+    const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
+    const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q5_K)) {
+#pragma GCC unroll 22
+        for (int l = 0; l < (int)(8 * sizeof(block_q5_K)); l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
+        __m256i sc_lo, sc_hi, mins;
+        k4x8_scales(w, a[i].bsums, &sc_lo, &sc_hi, &mins);
+        __m512i qh[4];
+        for (int p = 0; p < 4; p++) qh[p] = _mm512_loadu_si512((const void *)(w + 128 + 64 * p));
+        __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < QK_K / 64; j++) {
+            const uint8_t *q = w + 128 + 256 + 256 * j;
+            const __m512i act = _mm512_loadu_si512((const void *)(a[i].qs + 64 * j));
+            const __m512i bit_lo = _mm512_set1_epi8((char)(1 << (2 * j))), bit_hi = _mm512_set1_epi8((char)(2 << (2 * j)));
+            __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
+                __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh[p], bit_lo), lo, b16);
+                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh[p], bit_hi), hi, b16);
+                s_lo = _mm512_dpbusd_epi32(s_lo, lo, _mm512_permutexvar_epi32(lo_idx[p], act));
+                s_hi = _mm512_dpbusd_epi32(s_hi, hi, _mm512_permutexvar_epi32(hi_idx[p], act));
+            }
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s_lo), K4X8_SCALE(sc_lo, sc_hi, 2 * j)));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s_hi), K4X8_SCALE(sc_lo, sc_hi, 2 * j + 1)));
+        }
+        acc = k4x8_finish(w, a[i].d, isum, mins, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
 /* Q4_K / Q5_K with 512-bit registers: two 64-value slices per step (their
  * quants are adjacent), so each instruction does twice the AVX2 kernel's
  * work; the scale of each 256-bit half comes from one vpermw. Same sums as
@@ -499,7 +539,7 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
         [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
