@@ -1,5 +1,5 @@
-/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0, Q4_K and Q5_K used
- * by the fast matrix-vector kernels.
+/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0, Q4_K, Q5_K and
+ * Q6_K used by the fast matrix-vector kernels.
  *
  * A group of 8 consecutive rows is stored block by block. For block b:
  *   d[8]            the 8 rows' fp16 scales (one 128-bit load -> 8 floats)
@@ -27,11 +27,36 @@
  * quants: qh in 8 steps of 4 bytes, step s holding qh bytes 4s..4s+3 of
  * each row (byte l's bit 2j is value 64j+l's, bit 2j+1 value 64j+32+l's,
  * so one step of qh serves step s of every slice). */
+/* Q6_K: per super-block of the group (8 x 210 bytes):
+ *   d[8]            fp16
+ *   sc[4][8]        each row's 16 int8 sub-block scales as four 32-bit words
+ *   ql              32 steps of 4 bytes a row: step t = ql bytes 4t..4t+3
+ *   qh              16 steps: step u = qh bytes 4u..4u+3 */
 #define Q4K_GROUP (8 * (int)sizeof(block_q4_K)) /* bytes of one super-block of a group */
 #define Q5K_GROUP (8 * (int)sizeof(block_q5_K))
+#define Q6K_GROUP (8 * (int)sizeof(block_q6_K))
 
 int plumb_repack8_supported(uint32_t type) {
-    return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K;
+    return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K;
+}
+
+/* row r's super-block b into the group's super-block g, or back (unpack != 0) */
+static void q6_K_move(uint8_t *g, block_q6_K *b, int r, int unpack) {
+#define MOVE(grp, row, n) (unpack ? memcpy(row, grp, n) : memcpy(grp, row, n))
+    MOVE(g + 2 * r, &b->d, 2);
+    for (int w = 0; w < 4; w++) MOVE(g + 16 + 32 * w + 4 * r, b->scales + 4 * w, 4);
+    for (int t = 0; t < 32; t++) MOVE(g + 144 + 32 * t + 4 * r, b->ql + 4 * t, 4);
+    for (int u = 0; u < 16; u++) MOVE(g + 144 + 1024 + 32 * u + 4 * r, b->qh + 4 * u, 4);
+#undef MOVE
+}
+
+static void repack8_q6_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
+    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q6K_GROUP)
+        for (int r = 0; r < 8; r++) q6_K_move(dst, (block_q6_K *)(src + (size_t)r * row_bytes) + i, r, 0);
+}
+
+static void unpack_row_q6_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
+    for (int64_t i = 0; i < cols / QK_K; i++, src += Q6K_GROUP) q6_K_move((uint8_t *)src, (block_q6_K *)row + i, r, 1);
 }
 
 /* the parts Q4_K and Q5_K share: scales of row r into the group's header,
@@ -85,8 +110,8 @@ static void layout(uint32_t type, int *qbytes, int *bsize) {
 }
 
 void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K) {
-        (type == PLUMB_TYPE_Q4_K ? repack8_q4_K : repack8_q5_K)(src, row_bytes, cols, dst);
+    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K) {
+        (type == PLUMB_TYPE_Q4_K ? repack8_q4_K : type == PLUMB_TYPE_Q5_K ? repack8_q5_K : repack8_q6_K)(src, row_bytes, cols, dst);
         return;
     }
     int qb, bs;
@@ -103,8 +128,8 @@ void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t 
 
 /* Row r of a repacked group back in the standard layout (for the reference). */
 static void unpack_row(uint32_t type, const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K) {
-        (type == PLUMB_TYPE_Q4_K ? unpack_row_q4_K : unpack_row_q5_K)(src, cols, r, row);
+    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K) {
+        (type == PLUMB_TYPE_Q4_K ? unpack_row_q4_K : type == PLUMB_TYPE_Q5_K ? unpack_row_q5_K : unpack_row_q6_K)(src, cols, r, row);
         return;
     }
     int qb, bs;
@@ -125,6 +150,7 @@ void plumb_dot8_ref(uint32_t type, int n, const void *w8, const void *act, float
         out[r] = type == PLUMB_TYPE_Q8_0   ? plumb_dot_q8_0_q8a_ref(n, row, act)
                  : type == PLUMB_TYPE_Q4_K ? plumb_dot_q4_K_q8K_ref(n, row, act)
                  : type == PLUMB_TYPE_Q5_K ? plumb_dot_q5_K_q8K_ref(n, row, act)
+                 : type == PLUMB_TYPE_Q6_K ? plumb_dot_q6_K_q8K_ref(n, row, act)
                                            : plumb_dot_q4_0_q8a_ref(n, row, act);
     }
 }

@@ -157,7 +157,7 @@ static const plumb_kernels avx2 = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx2},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx2, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx2},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
@@ -181,7 +181,7 @@ static const plumb_kernels avx2_vnni = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni, [PLUMB_TYPE_Q6_K] = dot8_q6_K_vnni},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
@@ -416,6 +416,57 @@ T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *
     _mm256_storeu_ps(out, acc);
 }
 
+/* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
+ * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
+T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *out) {
+    const uint8_t *w = wv;
+    const block_q8_K *a = av;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
+    const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q6_K)) {
+#pragma GCC unroll 27
+        for (int l = 0; l < (int)(8 * sizeof(block_q6_K)); l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
+        __m256i sc[4];
+        for (int k = 0; k < 4; k++) sc[k] = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * k));
+        const uint8_t *ql = w + 144, *qh = w + 144 + 1024;
+        __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* values 128h.. (l, l+32: a0's dwords 0-7, 8-15) and 128h+64.. (l+64, l+96: a1's) */
+            const __m512i a0 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h)), a1 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
+#pragma GCC unroll 2
+            for (int g = 0; g < 2; g++) {
+                __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1, s4 = s1;
+#pragma GCC unroll 2
+                for (int p = 2 * g; p < 2 * g + 2; p++) {
+                    const __m512i la = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 2 * p))),
+                                  lb = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 8 + 2 * p))),
+                                  hb = _mm512_loadu_si512((const void *)(qh + 32 * (8 * h + 2 * p)));
+                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+                    const __m512i q2 = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+                    const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(hb, m30));
+                    const __m512i q4 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+                    s1 = _mm512_dpbusd_epi32(s1, q1, _mm512_permutexvar_epi32(lo_idx[p], a0));
+                    s2 = _mm512_dpbusd_epi32(s2, q2, _mm512_permutexvar_epi32(hi_idx[p], a0));
+                    s3 = _mm512_dpbusd_epi32(s3, q3, _mm512_permutexvar_epi32(lo_idx[p], a1));
+                    s4 = _mm512_dpbusd_epi32(s4, q4, _mm512_permutexvar_epi32(hi_idx[p], a1));
+                }
+                const int k = 8 * h + g;
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s1), Q6X8_SCALE(sc, k)));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s2), Q6X8_SCALE(sc, k + 2)));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s3), Q6X8_SCALE(sc, k + 4)));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s4), Q6X8_SCALE(sc, k + 6)));
+            }
+        }
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(q6x8_scale_bsums(sc, a[i].bsums), 5));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
 /* Q4_K / Q5_K with 512-bit registers: two 64-value slices per step (their
  * quants are adjacent), so each instruction does twice the AVX2 kernel's
  * work; the scale of each 256-bit half comes from one vpermw. Same sums as
@@ -539,7 +590,7 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
         [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
