@@ -371,17 +371,23 @@ int plumb_matrix_repack(plumb_matrix *W) {
     return 0;
 }
 
+/* one token's activations in the form W's type pairs with (block_q8a or block_q8_K) */
+static void quantize_act(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf, int64_t cols) {
+    if (plumb_type_get(type)->act == PLUMB_ACT_Q8K) k->quantize_q8K(x, act_buf, cols);
+    else k->quantize_q8a(x, act_buf, cols);
+}
+
 void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact) {
     const plumb_kernels *k = plumb_kernels_active();
     int fused = n_tok == 1 && !exact && nw <= 4 && k != plumb_kernels_scalar();
     for (int i = 0; fused && i < nw; i++)
         fused = W[i]->packed && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols && k->dot8[W[i]->type] &&
-                plumb_type_get(W[i]->type)->act == PLUMB_ACT_Q8;
+                plumb_type_get(W[i]->type)->act != PLUMB_ACT_F32;
     if (!fused) {
         for (int i = 0; i < nw; i++) plumb_matmul(W[i], x, n_tok, y[i], act_buf, exact);
         return;
     }
-    k->quantize_q8a(x, act_buf, W[0]->cols);
+    quantize_act(k, W[0]->type, x, act_buf, W[0]->cols);
     const plumb_dot8_fn dot8 = k->dot8[W[0]->type];
     int64_t first[5] = {0};
     for (int i = 0; i < nw; i++) first[i + 1] = first[i] + W[i]->rows / 8;
@@ -405,7 +411,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
                          int exact) {
     const plumb_kernels *k = plumb_kernels_active();
     const int fused = n_tok == 1 && !exact && k != plumb_kernels_scalar() && gate->packed && up->packed && gate->type == up->type &&
-                      gate->rows == up->rows && gate->cols == up->cols && k->dot8[gate->type] && plumb_type_get(gate->type)->act == PLUMB_ACT_Q8;
+                      gate->rows == up->rows && gate->cols == up->cols && k->dot8[gate->type] && plumb_type_get(gate->type)->act != PLUMB_ACT_F32;
     const int64_t ff = gate->rows;
     if (!fused) {
         const plumb_matrix *gu[2] = {gate, up};
@@ -416,7 +422,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
         for (size_t i = 0; i < n; i++) out[i] = silu(out[i]) * scratch[i];
         return;
     }
-    k->quantize_q8a(x, act_buf, gate->cols);
+    quantize_act(k, gate->type, x, act_buf, gate->cols);
     const plumb_dot8_fn dot8 = k->dot8[gate->type];
     const size_t group_bytes = 8 * gate->row_bytes;
 #pragma omp parallel for schedule(static)
