@@ -239,6 +239,40 @@ static int mirror_weights(plumb_model *m, const plumb_placement *pl) {
     return 0;
 }
 
+/* The KV pools: each part page-aligned, bound to its node before anything
+ * touches it (bind != 0), then zeroed (by this thread: the binding, not the
+ * toucher, decides where the pages go). */
+static int kv_alloc(plumb_ctx *c, const int *node, int bind) {
+    const size_t page = 4096 / sizeof(float), per_head = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)c->gpu_first * (size_t)c->head_dim;
+    size_t total = 0;
+    for (int i = 0; i < c->kv_parts; i++) {
+        c->kv_part_off[i] = total;
+        total += ((size_t)(c->kv_head0[i + 1] - c->kv_head0[i]) * per_head + page - 1) / page * page;
+    }
+    if (!total) total = page;
+    void **mem[2] = {&c->k_mem, &c->v_mem};
+    float **pool[2] = {&c->k_pool, &c->v_pool};
+    plumb_numa *numa = bind ? plumb_numa_open() : NULL; /* without it the parts stay wherever the OS puts them */
+    for (int kv = 0; kv < 2; kv++) {
+        *mem[kv] = plumb_alloc(total * sizeof(float) + 4096, kv ? "KV cache (values)" : "KV cache (keys)");
+        if (!*mem[kv]) {
+            plumb_set_error("%s (context of %d positions needs %.1f MiB of KV cache)", plumb_last_error(), c->n_ctx,
+                            2.0 * (double)total * sizeof(float) / (1 << 20));
+            plumb_numa_close(numa);
+            return -1;
+        }
+        c->bytes += total * sizeof(float) + 4096;
+        *pool[kv] = (float *)(((uintptr_t)*mem[kv] + 4095) & ~(uintptr_t)4095);
+        for (int i = 0; i < c->kv_parts; i++) {
+            const size_t len = (i + 1 < c->kv_parts ? c->kv_part_off[i + 1] : total) - c->kv_part_off[i];
+            if (numa) plumb_numa_bind(numa, *pool[kv] + c->kv_part_off[i], len * sizeof(float), node[i]);
+            memset(*pool[kv] + c->kv_part_off[i], 0, len * sizeof(float));
+        }
+    }
+    plumb_numa_close(numa);
+    return 0;
+}
+
 plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     const plumb_hparams *hp = &m->hp;
     if (m->vocab_only) {
@@ -263,6 +297,10 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->n_seq_max = c->p.n_seq_max ? c->p.n_seq_max : 1;
     /* threads: one per physical core unless told otherwise; pinned when a
      * NUMA plan asks for it */
+    c->head_dim = hp->head_dim;
+    c->kv_parts = 1;
+    c->kv_head0[0] = 0, c->kv_head0[1] = hp->n_head_kv;
+    int kv_node[PLUMB_MAX_NODES] = {0}, kv_bind = 0;
     if (c->p.numa && strcmp(c->p.numa, "off")) {
         plumb_placement pl;
         if (plumb_topology_plan(NULL, c->p.numa, c->p.n_threads, &pl) || plumb_topology_apply(&pl) ||
@@ -270,9 +308,22 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
             free(c);
             return NULL;
         }
+        c->kv_parts = plumb_kv_partition(&pl, hp->n_head_kv, c->kv_head0, c->kv_thread0, kv_node);
+        kv_bind = c->kv_parts > 1;
     } else {
         omp_set_num_threads(c->p.n_threads > 0 ? c->p.n_threads : plumb_physical_cores());
     }
+    const char *split = getenv("PLUMB_KV_SPLIT"); /* test hook: the split layout planned on a synthetic topology, nothing bound */
+    if (split && *split && c->kv_parts == 1) {
+        plumb_placement pl;
+        if (plumb_topology_plan(split, "distribute", omp_get_max_threads(), &pl)) {
+            free(c);
+            return NULL;
+        }
+        c->kv_parts = plumb_kv_partition(&pl, hp->n_head_kv, c->kv_head0, c->kv_thread0, kv_node);
+    }
+    c->kv_thread0[0] = 0;
+    if (c->kv_parts == 1) c->kv_thread0[1] = omp_get_max_threads();
     c->kv_dim = hp->n_head_kv * hp->head_dim;
     c->n_batch = N_BATCH;
     /* the GPU first: the host keeps a KV cache only for the layers it runs
@@ -284,8 +335,10 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     size_t kv = (size_t)c->n_kv_blocks * PLUMB_KV_BLOCK * (size_t)c->gpu_first * (size_t)c->kv_dim;
     size_t nb = (size_t)c->n_batch;
     int n_threads = omp_get_max_threads();
-    c->k_pool = scratch(c, kv ? kv : 1, "KV cache (keys)");
-    c->v_pool = scratch(c, kv ? kv : 1, "KV cache (values)");
+    if (kv_alloc(c, kv_node, kv_bind)) {
+        plumb_ctx_free(c);
+        return NULL;
+    }
     c->free_blocks = malloc(sizeof(int) * (size_t)c->n_kv_blocks);
     c->seqs = calloc((size_t)c->n_seq_max, sizeof(plumb_seq));
     for (int i = 0; c->free_blocks && i < c->n_kv_blocks; i++) c->free_blocks[i] = c->n_kv_blocks - 1 - i;
@@ -318,7 +371,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->act_buf_bytes = act;
     c->act_buf = act ? plumb_alloc(act, "quantized activations") : NULL;
     c->bytes += act;
-    if (!c->k_pool || !c->v_pool || !c->free_blocks || !c->seqs || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out ||
+    if (!c->free_blocks || !c->seqs || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out ||
         !c->hb || !c->hb2 || !c->att || !c->kv_rows || !c->logits || (act && !c->act_buf)) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s (context of %d positions needs %.1f MiB of KV cache)", plumb_last_error(), c->n_ctx,
@@ -336,7 +389,9 @@ size_t plumb_ctx_gpu_peak_bytes(const plumb_ctx *c) { return c->gpu_handle ? c->
 
 void plumb_ctx_free(plumb_ctx *c) {
     if (!c) return;
-    float *bufs[] = {c->k_pool, c->v_pool, c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
+    plumb_dealloc(c->k_mem);
+    plumb_dealloc(c->v_mem);
+    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
     plumb_dealloc(c->kv_rows);

@@ -5,6 +5,7 @@
 #include "../include/plumb.h"
 #include "../simd/kernels.h"
 #include "gguf.h"
+#include "topology.h"
 
 /* Vocabulary token types as GGUF stores them (tokenizer.ggml.token_type). */
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
@@ -89,7 +90,16 @@ struct plumb_ctx {
     int n_ctx;       /* KV positions in all, across sequences */
     int kv_dim;
     int n_kv_blocks;
-    float *k_pool, *v_pool; /* [block][gpu_first][PLUMB_KV_BLOCK][kv_dim]: the layers the host runs */
+    /* The KV cache of the layers the host runs, in kv_parts parts (one per
+     * NUMA node under --numa distribute|mirror, else one): part i holds KV
+     * heads kv_head0[i]..kv_head0[i+1]-1 as [block][gpu_first][PLUMB_KV_BLOCK]
+     * [its heads x head_dim] at kv_part_off[i] floats into the pool, and
+     * threads kv_thread0[i]..kv_thread0[i+1]-1 attend over it. */
+    float *k_pool, *v_pool;
+    void *k_mem, *v_mem; /* the allocations the pools are page-aligned inside */
+    int kv_parts, head_dim;
+    int kv_head0[PLUMB_MAX_NODES + 1], kv_thread0[PLUMB_MAX_NODES + 1];
+    size_t kv_part_off[PLUMB_MAX_NODES];
     int *free_blocks, n_free;
     int n_seq_max;
     plumb_seq *seqs;
@@ -111,10 +121,25 @@ struct plumb_ctx {
     size_t bytes;
 };
 
-/* Key (or value) vector of sequence position pos, layer l. */
-static inline float *kv_at(const plumb_ctx *c, float *pool, const plumb_seq *s, int l, int pos) {
+/* The KV cache part holding KV head kvh. */
+static inline int kv_part_of(const plumb_ctx *c, int kvh) {
+    int part = 0;
+    while (kvh >= c->kv_head0[part + 1]) part++;
+    return part;
+}
+
+/* Keys (or values) of KV heads [kv_head0[part], ...) of the part at sequence
+ * position pos, layer l: contiguous, head_dim floats a head. */
+static inline float *kv_part_at(const plumb_ctx *c, float *pool, int part, const plumb_seq *s, int l, int pos) {
     const int block = s->blocks[pos / PLUMB_KV_BLOCK];
-    return pool + (((size_t)block * c->gpu_first + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * (size_t)c->kv_dim;
+    const size_t width = (size_t)(c->kv_head0[part + 1] - c->kv_head0[part]) * (size_t)c->head_dim;
+    return pool + c->kv_part_off[part] + (((size_t)block * c->gpu_first + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * width;
+}
+
+/* Key (or value) vector of KV head kvh at sequence position pos, layer l. */
+static inline float *kv_head_at(const plumb_ctx *c, float *pool, const plumb_seq *s, int l, int pos, int kvh) {
+    const int part = kv_part_of(c, kvh);
+    return kv_part_at(c, pool, part, s, l, pos) + (size_t)(kvh - c->kv_head0[part]) * (size_t)c->head_dim;
 }
 
 /* Architecture hooks (models/llama.c). */

@@ -160,6 +160,26 @@ void plumb_numa_close(plumb_numa *n) {
     free(n);
 }
 
+int plumb_kv_partition(const plumb_placement *p, int n_head_kv, int *head0, int *thread0, int *node) {
+    head0[0] = 0, head0[1] = n_head_kv, thread0[0] = 0, thread0[1] = p->n_threads, node[0] = 0;
+    const int spread = !strcmp(p->mode, "distribute") || !strcmp(p->mode, "mirror");
+    if (!spread || p->n_nodes < 2 || p->n_threads < 2) return 1;
+    for (int i = 1; i < p->n_threads; i++)
+        if (p->node[i] < p->node[i - 1] || p->node[i] < 0) return 1; /* threads not numbered node by node */
+    int parts = 0;
+    for (int i = 0; i < p->n_threads; i++)
+        if (i == 0 || p->node[i] != p->node[i - 1]) {
+            if (parts == PLUMB_MAX_NODES) return 1;
+            thread0[parts] = i;
+            node[parts++] = p->node[i];
+        }
+    if (parts < 2) return 1;
+    thread0[parts] = p->n_threads;
+    /* heads in proportion to threads, rounded at the cumulative boundaries */
+    for (int i = 0; i <= parts; i++) head0[i] = (int)(((long)n_head_kv * thread0[i] + p->n_threads / 2) / p->n_threads);
+    return parts;
+}
+
 int plumb_physical_cores(void) {
     static int cached;
     if (cached) return cached;
@@ -190,6 +210,8 @@ void plumb_topology_describe(const char *synthetic, char *buf, size_t n) {
             for (int i = 0; i < p.n_threads && i < 16 && len < n; i++) len += (size_t)snprintf(buf + len, n - len, " %d", p.pu[i]);
             if (p.n_threads > 16) len += (size_t)snprintf(buf + len, n - len, " ...");
             if (!strcmp(modes[m], "mirror")) len += (size_t)snprintf(buf + len, n - len, "; %d weight copies", p.n_nodes > 1 ? p.n_nodes : 1);
+            if (strcmp(modes[m], "isolate") && p.n_nodes > 1)
+                len += (size_t)snprintf(buf + len, n - len, "; KV cache split by KV head into %d node-local parts", p.n_nodes);
         } else {
             len += (size_t)snprintf(buf + len, n - len, " (one per physical core, not pinned)");
         }

@@ -11,6 +11,9 @@
  *   mirror      threads as distribute, and every repacked weight matrix
  *               copied once per node into that node's memory; each thread
  *               reads its own node's copy (memory x nodes, no remote reads)
+ * Under distribute and mirror the KV cache is split by KV head into one part
+ * per node, in that node's memory, and each node's threads attend over the
+ * heads of their part (plumb_kv_partition), so decode reads no remote KV.
  * The plan is a pure function of a topology, so tests run it on synthetic
  * ones (e.g. "pack:2 numa:2 core:8 pu:2"). */
 #ifndef PLUMB_TOPOLOGY_H
@@ -45,6 +48,15 @@ typedef struct plumb_numa plumb_numa;
 plumb_numa *plumb_numa_open(void); /* NULL with an error */
 int plumb_numa_bind(plumb_numa *n, void *addr, size_t len, int node);
 void plumb_numa_close(plumb_numa *n);
+/* The KV cache's split for plan p over n_head_kv heads: part i holds KV
+ * heads head0[i] .. head0[i+1]-1 (in proportion to its node's threads),
+ * lives on NUMA node node[i] and is attended over by threads thread0[i] ..
+ * thread0[i+1]-1. Returns the number of parts: 1 (head0 = {0, n_head_kv},
+ * every thread) unless p spreads its threads, node by node, over several
+ * nodes. PLUMB_KV_SPLIT=<hwloc synthetic description> makes a context plan
+ * its split on that topology without binding memory (a test hook: the
+ * split layout on a one-node machine). */
+int plumb_kv_partition(const plumb_placement *p, int n_head_kv, int *head0, int *thread0, int *node);
 /* Physical cores this process may use (1 if unknown). */
 int plumb_physical_cores(void);
 /* Human-readable description of the topology and the plans. */

@@ -162,34 +162,49 @@ static void add_bias(float *x, const plumb_matrix *b, int n_tok) {
         for (int64_t i = 0; i < b->cols; i++) x[t * b->cols + i] += bv[i];
 }
 
+/* softmax(q . K / sqrt(hd)) V for query head h of token t: att_out[t][h*hd ..].
+ * *rows_of caches which (token, KV head) the thread's row pointers hold. */
+static void attend_head(plumb_ctx *c, int l, int t, int h, const int *pos, const int *seq, int me, int *rows_of) {
+    const plumb_hparams *hp = &c->model->hp;
+    const int hd = hp->head_dim, kvh = h / (hp->n_head / hp->n_head_kv), len = pos[t] + 1;
+    float *att = c->att + (size_t)me * c->n_ctx;
+    const float **krow = c->kv_rows + (size_t)me * 2 * c->n_ctx, **vrow = krow + c->n_ctx;
+    if (*rows_of != t * hp->n_head_kv + kvh) {
+        const plumb_seq *s = &c->seqs[seq[t]];
+        for (int p = 0; p < len; p++) {
+            krow[p] = kv_head_at(c, c->k_pool, s, l, p, kvh);
+            vrow[p] = kv_head_at(c, c->v_pool, s, l, p, kvh);
+        }
+        *rows_of = t * hp->n_head_kv + kvh;
+    }
+    plumb_kernels_active()->attend(hd, len, c->q + (size_t)t * hp->n_embd + h * hd, krow, vrow, 1.0f / sqrtf((float)hd), att,
+                                   c->att_out + (size_t)t * hp->n_embd + h * hd);
+}
+
 /* Causal attention for a batch: token t of sequence seq[t] at position
  * pos[t] attends to that sequence's positions 0..pos[t] through its block
- * table. Parallel over (token, head), heads of one KV group next to each
- * other on a thread (static schedule) so they share the cached rows. */
+ * table. With one KV part: parallel over (token, head), heads of one KV group
+ * next to each other on a thread (static schedule) so they share the cached
+ * rows. With a part per NUMA node: each node's threads take the query heads
+ * of their part's KV heads, split evenly, for every token, so they read
+ * only their node's memory. */
 static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq) {
     const plumb_hparams *hp = &c->model->hp;
-    const plumb_kernels *k = plumb_kernels_active();
-    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const int group = hp->n_head / hp->n_head_kv;
 #pragma omp parallel
     {
         const int me = omp_get_thread_num();
-        float *att = c->att + (size_t)me * c->n_ctx;
-        const float **krow = c->kv_rows + (size_t)me * 2 * c->n_ctx, **vrow = krow + c->n_ctx;
-        int rows_of = -1; /* (token, KV head) whose row pointers krow/vrow hold */
+        int rows_of = -1;
+        if (c->kv_parts > 1 && omp_get_num_threads() == c->kv_thread0[c->kv_parts]) {
+            int part = 0;
+            while (me >= c->kv_thread0[part + 1]) part++;
+            const int tn = c->kv_thread0[part + 1] - c->kv_thread0[part], i = me - c->kv_thread0[part];
+            const int h0 = c->kv_head0[part] * group, nh = (c->kv_head0[part + 1] - c->kv_head0[part]) * group;
+            for (int t = 0; t < n; t++)
+                for (int h = h0 + (int)((long)nh * i / tn); h < h0 + (int)((long)nh * (i + 1) / tn); h++) attend_head(c, l, t, h, pos, seq, me, &rows_of);
+        } else {
 #pragma omp for schedule(static)
-        for (int th = 0; th < n * hp->n_head; th++) {
-            const int t = th / hp->n_head, h = th % hp->n_head, kvh = h / group, len = pos[t] + 1;
-            if (rows_of != t * hp->n_head_kv + kvh) {
-                const plumb_seq *s = &c->seqs[seq[t]];
-                for (int p = 0; p < len; p++) {
-                    krow[p] = kv_at(c, c->k_pool, s, l, p) + kvh * hd;
-                    vrow[p] = kv_at(c, c->v_pool, s, l, p) + kvh * hd;
-                }
-                rows_of = t * hp->n_head_kv + kvh;
-            }
-            /* att_out[t][h*hd ..] = softmax(q . K / sqrt(hd)) V */
-            k->attend(hd, len, c->q + (size_t)t * hp->n_embd + h * hd, krow, vrow, scale, att, c->att_out + (size_t)t * hp->n_embd + h * hd);
+            for (int th = 0; th < n * hp->n_head; th++) attend_head(c, l, th / hp->n_head, th % hp->n_head, pos, seq, me, &rows_of);
         }
     }
 }
@@ -229,8 +244,11 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
             rope(c->k + (size_t)t * kv_dim, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox, cs[t], sn[t]);
             /* this token's key and value go to its sequence's cache */
             const plumb_seq *s = &c->seqs[seq[t]];
-            memcpy(kv_at(c, c->k_pool, s, l, pos[t]), c->k + (size_t)t * kv_dim, sizeof(float) * (size_t)kv_dim);
-            memcpy(kv_at(c, c->v_pool, s, l, pos[t]), c->v + (size_t)t * kv_dim, sizeof(float) * (size_t)kv_dim);
+            for (int part = 0; part < c->kv_parts; part++) { /* each part's heads are contiguous in k and v */
+                const size_t h0 = (size_t)c->kv_head0[part] * hp->head_dim, w = (size_t)(c->kv_head0[part + 1] - c->kv_head0[part]) * hp->head_dim;
+                memcpy(kv_part_at(c, c->k_pool, part, s, l, pos[t]), c->k + (size_t)t * kv_dim + h0, sizeof(float) * w);
+                memcpy(kv_part_at(c, c->v_pool, part, s, l, pos[t]), c->v + (size_t)t * kv_dim + h0, sizeof(float) * w);
+            }
         }
         attention(c, l, n, pos, seq);                                   /* att_out: [n][d] */
         plumb_matmul(&L->wo, c->att_out, n, c->xb, c->act_buf, exact); /* xb: [n][d] */

@@ -294,3 +294,35 @@ Test(model, numa_mirror_copies_give_the_same_logits) {
     for (int v = 0; v < 600; v++) cr_assert_eq(got[v], ref[v], "logit %d: %g mirrored vs %g", v, got[v], ref[v]);
     remove(out);
 }
+
+/* The KV cache split by head into node parts (as --numa distribute lays it
+ * out on a multi-node machine), planned here on a synthetic two-node
+ * topology: the same logits, bit for bit, for prompt chunks and decode. */
+Test(model, numa_split_kv_cache_gives_the_same_logits) {
+    plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = 8, .n_head_kv = 4, .n_ff = 512,
+                                       .n_vocab = 600, .n_ctx = 128, .rope_freq_base = 10000.f, .arch = "llama"},
+                             .type = PLUMB_TYPE_Q4_K, .seed = 5};
+    const char *out = tmp_path("kvsplit.gguf");
+    cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s", plumb_last_error());
+    float ref[2][600], got[2][600];
+    const int prompt[6] = {1, 300, 301, 302, 17, 5}, next[2] = {40, 41};
+    for (int pass = 0; pass < 2; pass++) {
+        plumb_model *m = plumb_model_load(out);
+        cr_assert_not_null(m, "%s", plumb_last_error());
+        plumb_ctx_params cp = plumb_ctx_default_params();
+        cp.n_threads = 2;
+        if (pass) setenv("PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", 1);
+        plumb_ctx *c = plumb_ctx_new(m, &cp);
+        unsetenv("PLUMB_KV_SPLIT");
+        cr_assert_not_null(c, "%s", plumb_last_error());
+        cr_assert_eq(plumb_eval(c, prompt, 6, 0), 0, "%s", plumb_last_error()); /* a prompt chunk */
+        memcpy(pass ? got[0] : ref[0], plumb_get_logits(c), sizeof ref[0]);
+        for (int i = 0; i < 2; i++) cr_assert_eq(plumb_eval(c, &next[i], 1, 6 + i), 0, "%s", plumb_last_error()); /* decode steps */
+        memcpy(pass ? got[1] : ref[1], plumb_get_logits(c), sizeof ref[1]);
+        plumb_ctx_free(c);
+        plumb_model_free(m);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 600; v++) cr_assert_eq(got[k][v], ref[k][v], "%s logit %d: %g split vs %g", k ? "decode" : "prompt", v, got[k][v], ref[k][v]);
+    remove(out);
+}

@@ -72,3 +72,44 @@ Test(topology, single_node_machine_and_bad_input) {
     cr_assert_eq(plumb_topology_plan(NULL, "off", 0, &p), 0, "this machine: %s", plumb_last_error());
     cr_expect_geq(p.cores, 1);
 }
+
+Test(topology, kv_cache_split_by_head_over_the_nodes) {
+    plumb_placement p;
+    int head0[PLUMB_MAX_NODES + 1], thread0[PLUMB_MAX_NODES + 1], node[PLUMB_MAX_NODES];
+    /* 4 nodes x 8 threads, 32 KV heads: 8 heads a node, node by node */
+    cr_assert_eq(plumb_topology_plan(BIG, "distribute", 0, &p), 0);
+    cr_assert_eq(plumb_kv_partition(&p, 32, head0, thread0, node), 4);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(head0[i], 8 * i);
+        cr_expect_eq(thread0[i], 8 * i);
+        cr_expect_eq(node[i], i);
+        for (int t = thread0[i]; t < thread0[i + 1]; t++) cr_expect_eq(p.node[t], node[i], "thread %d attends over a part of another node", t);
+    }
+    cr_expect_eq(head0[4], 32);
+    cr_expect_eq(thread0[4], 32);
+    /* 6 threads spread 2,2,1,1 over the nodes, 8 KV heads (Llama-3 8B): heads in proportion, every head once */
+    cr_assert_eq(plumb_topology_plan(BIG, "mirror", 6, &p), 0);
+    cr_assert_eq(plumb_kv_partition(&p, 8, head0, thread0, node), 4);
+    const int want_threads[5] = {0, 2, 4, 5, 6}, want_heads[5] = {0, 3, 5, 7, 8};
+    for (int i = 0; i <= 4; i++) {
+        cr_expect_eq(thread0[i], want_threads[i], "part %d starts at thread %d", i, thread0[i]);
+        cr_expect_eq(head0[i], want_heads[i], "part %d starts at head %d", i, head0[i]);
+    }
+    /* no split: off, isolate, one node, one thread */
+    const char *modes[] = {"off", "isolate"};
+    for (int m = 0; m < 2; m++) {
+        cr_assert_eq(plumb_topology_plan(BIG, modes[m], 0, &p), 0);
+        cr_expect_eq(plumb_kv_partition(&p, 32, head0, thread0, node), 1, "%s splits the KV cache", modes[m]);
+        cr_expect(head0[0] == 0 && head0[1] == 32);
+    }
+    cr_assert_eq(plumb_topology_plan("numa:1 core:4 pu:1", "distribute", 0, &p), 0);
+    cr_expect_eq(plumb_kv_partition(&p, 4, head0, thread0, node), 1);
+    cr_assert_eq(plumb_topology_plan(BIG, "distribute", 1, &p), 0);
+    cr_expect_eq(plumb_kv_partition(&p, 4, head0, thread0, node), 1);
+}
+
+Test(topology, describe_says_the_kv_cache_is_split) {
+    char buf[4096];
+    plumb_topology_describe(BIG, buf, sizeof buf);
+    cr_expect(strstr(buf, "KV cache split by KV head into 4 node-local parts") != NULL, "%s", buf);
+}
