@@ -38,6 +38,9 @@
 #          batch-64 steps for each shape in RTILES_SPEED (PLUMB_CUDA_KPROF=1)
 #   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
 #          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
+#   q4k    Q4_K weights on the GPU: synthetic TinyLlama Q4_K against the CPU (greedy ids;
+#          KL etc. at chunks of 8 and 64), then TinyLlama and 7B Q4_K -ngl all at batch 1/8
+#          and TinyLlama Q4_K on the device's CPU at batch 1
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
@@ -272,6 +275,22 @@ gemmbench)
         PLUMB_CUDA_GEMMBENCH=${GEMMBENCH_N:-16,32,64} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/gemmbench" 2>&1 | grep -E "gemmbench|rror"
     done 2>&1 | tee "$OUT/gemmbench.txt"
+    ;;
+q4k)
+    m=$(model tinyllama-1.1b q4_k)
+    {
+        echo "== synthetic TinyLlama Q4_K: greedy ids, CPU vs GPU"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-cpu.txt"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids" > "$OUT/ids-gpu.txt"
+        cmp -s "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt" && echo "greedy ids identical" || { echo "greedy ids DIFFER"; cat "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt"; }
+        for c in 8 64; do echo "-- -c $c"; compare "$m" $c 2; done
+    } 2>&1 | tee "$OUT/q4k-check.txt"
+    for shape in tinyllama-1.1b llama2-7b; do
+        m=$(model $shape q4_k)
+        PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8 -p 128 -n 32 --reps 3 --no-quality \
+            -o "$OUT/q4k-$shape" 2>&1 | tee "$OUT/q4k-$shape.txt" | grep -E "^\| |GPU path|rror|plumb-cuda: batch"
+    done
+    $P bench -m "$(model tinyllama-1.1b q4_k)" -t $T --batch 1 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/q4k-tinyllama-cpu" 2>&1 | grep -E "^\| |rror"
     ;;
 cpu)
     # the same binary on the device's CPU, and with part of the model on the GPU

@@ -46,6 +46,7 @@ extern "C" {
 #define TYPE_F16 1
 #define TYPE_Q4_0 2
 #define TYPE_Q8_0 8
+#define TYPE_Q4_K 12
 
 #define QK 32          // values per quant block
 #define MATVEC_MAX_N 8 // tokens the matrix-vector kernels take in one pass
@@ -67,9 +68,10 @@ extern "C" {
 
 // A weight matrix on the device: quantized (qs + scales) or F16.
 struct dmat {
-    uint32_t type; // TYPE_Q4_0, TYPE_Q8_0 or TYPE_F16 (F32 sources are stored as F16)
+    uint32_t type; // TYPE_Q4_0, TYPE_Q8_0, TYPE_Q4_K or TYPE_F16 (F32 sources are stored as F16)
     int rows, cols;
-    uint8_t *qs;  // Q4_0: [rows][cols/2]; Q8_0: [rows][cols]
+    uint8_t *qs;  // Q4_0, Q4_K: [rows][cols/2]; Q8_0: [rows][cols]
+    uint4 *kh;    // Q4_K: [rows][cols/256] super-block headers (d, dmin, 12 packed scale bytes), as the file has them
     __half *d;    // [rows][dstride] block scales (cols/32 of them, rows padded to a multiple of 8)
     int dstride;
     __half *f16;  // F16: [rows][cols]
@@ -406,6 +408,90 @@ __global__ void __launch_bounds__(128) k_matvec(const uint8_t *__restrict__ qs, 
     }
     if (nb <= lane) pdl_wait();
     mv_store<NT, R>(acc, row0, rows, lane, y, ldy, accumulate);
+}
+
+// Q4_K rows: a lane's unit is a 64-value slice (32 quant bytes: low nibbles
+// are sub-block 2j of its super-block, high nibbles sub-block 2j+1), DEPTH
+// slices in flight; each sub-block's 6-bit scale and min come from the
+// super-block's 16-byte header (the file's d, dmin and packed scales, 144
+// bytes per 256 values as stored). Activations: the int8 blocks of the
+// other products (a sub-block is one 32-value activation block; the min
+// folds in through its d x sum).
+__device__ __forceinline__ unsigned q4k_byte(const uint4 &h, int i) { /* scale byte i (0..11) of a header */
+    const unsigned w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+    return (w >> (8 * (i & 3))) & 0xFF;
+}
+
+__device__ __forceinline__ void q4k_scale_min(const uint4 &h, int j, float &sc, float &m) { /* sub-block j (0..7), as ggml's get_scale_min_k4 */
+    if (j < 4) {
+        sc = (float)(q4k_byte(h, j) & 63);
+        m = (float)(q4k_byte(h, j + 4) & 63);
+    } else {
+        sc = (float)((q4k_byte(h, j + 4) & 0xF) | ((q4k_byte(h, j - 4) >> 6) << 4));
+        m = (float)((q4k_byte(h, j + 4) >> 4) | ((q4k_byte(h, j) >> 6) << 4));
+    }
+}
+
+template <int NT, int DEPTH>
+__global__ void __launch_bounds__(128) k_matvec_q4k(const uint8_t *__restrict__ qs, const uint4 *__restrict__ kh, int rows, int k,
+                                                    const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int ldy, int accumulate) {
+    pdl_trigger();
+    const int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int ns = k / 64, nb = k / QK;
+    const uint4 *wr = (const uint4 *)(qs + (size_t)row * (k / 2));
+    const uint4 *hr = kh + (size_t)row * (k / 256);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    bool waited = false;
+    for (int s0 = lane; s0 < ns; s0 += 32 * DEPTH) {
+        uint4 q[DEPTH][2], hh[DEPTH];
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+            const int s = s0 + 32 * u;
+            if (s < ns) {
+                q[u][0] = __ldg(wr + 2 * s);
+                q[u][1] = __ldg(wr + 2 * s + 1);
+                hh[u] = __ldg(hr + s / 4);
+            }
+        }
+        if (!waited) { pdl_wait(); waited = true; } // the first weights are loaded before waiting for the activations
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+            const int s = s0 + 32 * u;
+            if (s >= ns) break;
+            const int j = s & 3;
+            float sc0, m0, sc1, m1;
+            q4k_scale_min(hh[u], 2 * j, sc0, m0);
+            q4k_scale_min(hh[u], 2 * j + 1, sc1, m1);
+            const float d = __half2float(__ushort_as_half((unsigned short)(hh[u].x & 0xFFFF))), dmin = __half2float(__ushort_as_half((unsigned short)(hh[u].x >> 16)));
+            const unsigned w[8] = {q[u][0].x, q[u][0].y, q[u][0].z, q[u][0].w, q[u][1].x, q[u][1].y, q[u][1].z, q[u][1].w};
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const int4 *xa = (const int4 *)(aq + (size_t)t * k) + 4 * s; // blocks 2s (low nibbles) and 2s + 1 (high)
+                const int4 a0 = xa[0], a1 = xa[1], a2 = xa[2], a3 = xa[3];
+                const int lo[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, hi[8] = {a2.x, a2.y, a2.z, a2.w, a3.x, a3.y, a3.z, a3.w};
+                int d0 = 0, d1 = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    d0 = __dp4a((int)(w[i] & 0x0F0F0F0F), lo[i], d0);
+                    d1 = __dp4a((int)((w[i] >> 4) & 0x0F0F0F0F), hi[i], d1);
+                }
+                const float2 s0d = ad[(size_t)t * nb + 2 * s], s1d = ad[(size_t)t * nb + 2 * s + 1];
+                acc[t] += d * (sc0 * s0d.x * (float)d0 + sc1 * s1d.x * (float)d1) - dmin * (m0 * s0d.y + m1 * s1d.y);
+            }
+        }
+    }
+    if (!waited) pdl_wait();
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float sum = warp_sum(acc[t]);
+        if (lane == 0) {
+            float *o = y + (size_t)t * ldy + row;
+            *o = accumulate ? *o + sum : sum;
+        }
+    }
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
@@ -1669,7 +1755,7 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
     return 0;
 }
 
-static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0; }
+static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
 
 // Uploads the matrices srcs[0..n) stacked by rows into one device matrix
 // (same type and width), splitting quant blocks into quants and scales.
@@ -1680,13 +1766,35 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
     int rows = 0;
     for (int i = 0; i < n; i++) rows += (int)srcs[i]->rows;
     if (!supported(type)) {
-        snprintf(err, err_len, "weight type %u is not supported by the CUDA plugin (F32, F16, Q8_0, Q4_0 are)", type);
+        snprintf(err, err_len, "weight type %u is not supported by the CUDA plugin (F32, F16, Q8_0, Q4_0, Q4_K are)", type);
         return -1;
     }
     dst->rows = rows;
     dst->cols = cols;
     dst->type = type == TYPE_F32 ? TYPE_F16 : type;
     const size_t nb = cols / QK;
+    if (type == TYPE_Q4_K) { /* a 144-byte super-block: its 16-byte header, then 128 quant bytes */
+        const size_t nsb = cols / 256, qrow = cols / 2;
+        uint8_t *hq = (uint8_t *)malloc(qrow * rows), *hh = (uint8_t *)malloc(nsb * 16 * rows);
+        int rc = -1;
+        if (!hq || !hh) snprintf(err, err_len, "out of host memory repacking weights");
+        else {
+            int r = 0;
+            for (int i = 0; i < n; i++)
+                for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
+                    const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
+                    for (size_t b = 0; b < nsb; b++) {
+                        memcpy(hh + (r * nsb + b) * 16, src + b * 144, 16);
+                        memcpy(hq + r * qrow + b * 128, src + b * 144 + 16, 128);
+                    }
+                }
+            rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
+                 to_device(h, (void **)&dst->kh, hh, nsb * 16 * rows, err, err_len, "weight scales") ? -1 : 0;
+        }
+        free(hq);
+        free(hh);
+        return rc;
+    }
     if (type == TYPE_Q4_0 || type == TYPE_Q8_0) {
         const size_t qrow = type == TYPE_Q4_0 ? cols / 2 : cols, brow = type == TYPE_Q4_0 ? 18 : 34, ds = (nb + 7) / 8 * 8;
         uint8_t *hq = (uint8_t *)malloc(qrow * rows);
@@ -1765,6 +1873,7 @@ static void free_mat(dmat *m) {
     if (m->qs) cudaFree(m->qs);
     if (m->d) cudaFree(m->d);
     if (m->f16) cudaFree(m->f16);
+    if (m->kh) cudaFree(m->kh);
 }
 
 static void kprof_print(handle *h);
@@ -2216,12 +2325,39 @@ fail:
 
 // activation format a product of W over n tokens reads
 static int act_fmt(const handle *h, const dmat *W, int n) {
+    if (W->type == TYPE_Q4_K) return ACT_Q8; /* matrix-vector kernels at every size */
     return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_kind == GEMM_I8) ? ACT_Q8 : ACT_F16;
 }
 static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     int f = 0;
     for (int i = 0; i < count; i++) f |= act_fmt(h, &W[i], n);
     return f;
+}
+
+// Q4_K products at any token count: chunks of MATVEC_MAX_N tokens through
+// k_matvec_q4k (no batch GEMM reads Q4_K yet: prompts and large batches pay
+// one weight pass per 8 tokens).
+static void launch_matvec_q4k(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const dim3 g((unsigned)grid((size_t)W->rows, 4));
+    const int nb = W->cols / QK;
+    for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
+        const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
+        const int8_t *aq = h->aq + (size_t)t0 * W->cols;
+        const float2 *ad = h->ad + (size_t)t0 * nb;
+        float *yt = y + (size_t)t0 * ldy;
+#define MV(NT) launch(h, k_matvec_q4k<NT, 4>, g, 128, 0, W->qs, W->kh, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
+        switch (nt) {
+        case 1: MV(1); break;
+        case 2: MV(2); break;
+        case 3: MV(3); break;
+        case 4: MV(4); break;
+        case 5: MV(5); break;
+        case 6: MV(6); break;
+        case 7: MV(7); break;
+        default: MV(8); break;
+        }
+#undef MV
+    }
 }
 
 template <int TYPE, int R, int DEPTH>
@@ -2445,7 +2581,8 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
 
 // y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
-    if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    if (W->type == TYPE_Q4_K) launch_matvec_q4k(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
