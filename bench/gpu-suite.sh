@@ -39,7 +39,7 @@
 #   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
 #          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
 #   q4k    Q4_K weights on the GPU: synthetic TinyLlama Q4_K against the CPU (greedy ids;
-#          KL etc. at chunks of 8 and 64), then TinyLlama and 7B Q4_K -ngl all at batch 1/8
+#          KL etc. at chunks of 8 and 64), then TinyLlama and 7B Q4_K -ngl all at batch 1/8/64
 #          and TinyLlama Q4_K on the device's CPU at batch 1
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
@@ -287,7 +287,7 @@ q4k)
     } 2>&1 | tee "$OUT/q4k-check.txt"
     for shape in tinyllama-1.1b llama2-7b; do
         m=$(model $shape q4_k)
-        PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8 -p 128 -n 32 --reps 3 --no-quality \
+        PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
             -o "$OUT/q4k-$shape" 2>&1 | tee "$OUT/q4k-$shape.txt" | grep -E "^\| |GPU path|rror|plumb-cuda: batch"
     done
     $P bench -m "$(model tinyllama-1.1b q4_k)" -t $T --batch 1 -p 128 -n 32 --reps 3 --no-quality -o "$OUT/q4k-tinyllama-cpu" 2>&1 | grep -E "^\| |rror"

@@ -13,16 +13,18 @@
 //
 // Weights: Q4_0 and Q8_0 stay quantized on the device, split into a quant
 // array (16 or 32 bytes a block, so a warp reads them as 16-byte vectors)
-// and an array of F16 block scales. F16 stays F16; F32 matrices become F16.
+// and an array of F16 block scales; Q4_K into quants and 16-byte super-block
+// headers. F16 stays F16; F32 matrices become F16.
 // Products:
-//   n <= 8 tokens, Q4_0/Q8_0: a warp per row, int8 activations, __dp4a;
+//   n <= 8 tokens, Q4_0/Q8_0/Q4_K: a warp per row, int8 activations, __dp4a;
 //     the weights are read once for all n tokens (decode is bandwidth bound).
-//   n > 8, Q4_0/Q8_0: an int8 tensor-core GEMM (mma.m16n8k32) on the quants
-//     as stored and int8 activation blocks, F32 accumulation of each block's
-//     scaled sums (PLUMB_CUDA_GEMM=f16: the earlier GEMM that dequantizes each
-//     64-wide slice to F16 in shared memory for WMMA), with split-K (partials
+//   n > 8, Q4_0/Q8_0: an F16 tensor-core GEMM (mma.m16n8k16) on weights
+//     turned into F16 fragments in registers (PLUMB_CUDA_GEMM=reg, default;
+//     i8: an int8 GEMM on the quants as stored; f16: an earlier WMMA GEMM
+//     dequantizing 64-wide slices in shared memory), with split-K (partials
 //     summed in a fixed order, so results are deterministic).
-//   F16 weights: cuBLAS on tensor cores.
+//   F16 weights: cuBLAS on tensor cores; Q4_K at n > 8: dequantized to F16
+//     in a scratch buffer, then cuBLAS.
 // The whole step is captured once per (tokens, wanted logits) into a CUDA
 // graph and replayed: a 7B model issues ~330 kernels a token, and launching
 // them one by one costs more than the weights take to stream.
@@ -110,6 +112,8 @@ struct handle {
     __half *ah;   // F16 activations [max_batch][max_k]
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
+    __half *deq;       // Q4_K matrices dequantized to F16 for a batch product (the largest one's size), or NULL
+    size_t deq_elems;
     // pinned host staging
     float *hx, *hlogits;
     int *hmeta;
@@ -492,6 +496,34 @@ __global__ void __launch_bounds__(128) k_matvec_q4k(const uint8_t *__restrict__ 
             *o = accumulate ? *o + sum : sum;
         }
     }
+}
+
+// Q4_K rows as F16 (for the batch products: cuBLAS on the dequantized
+// matrix): a thread per 8 consecutive values (one 16-byte store, so a warp
+// writes 512 contiguous bytes), values d*sc*q - dmin*m as
+// dequantize_row_q4_K computes them, rounded to F16. Values 64s+o of slice
+// s are the low nibbles of its quant bytes o (o < 32), else the high
+// nibbles of bytes o - 32.
+__global__ void k_dequant_q4k(const uint8_t *__restrict__ qs, const uint4 *__restrict__ kh, int rows, int k, __half *__restrict__ out) {
+    pdl_trigger();
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)k / 8;
+    if (i >= (size_t)rows * per_row) return;
+    const size_t row = i / per_row, v = (i % per_row) * 8, s = v / 64;
+    const int o = (int)(v % 64), high = o >= 32, sub = 2 * (int)(s & 3) + high;
+    const uint4 hh = kh[row * (k / 256) + s / 4];
+    float sc, m;
+    q4k_scale_min(hh, sub, sc, m);
+    const float a = __half2float(__ushort_as_half((unsigned short)(hh.x & 0xFFFF))) * sc, b = __half2float(__ushort_as_half((unsigned short)(hh.x >> 16))) * m;
+    const uint2 q = *(const uint2 *)(qs + row * (size_t)(k / 2) + 32 * s + (o & 31));
+    pdl_wait();
+    const unsigned w[2] = {high ? q.x >> 4 : q.x, high ? q.y >> 4 : q.y};
+    __half2 h2[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const unsigned x = w[e / 2] >> (16 * (e & 1));
+        h2[e] = __floats2half2_rn(a * (float)(x & 0xF) - b, a * (float)((x >> 8) & 0xF) - b);
+    }
+    *(uint4 *)(out + row * (size_t)k + v) = *(const uint4 *)h2;
 }
 
 // Tensor-core product for batches: C[t][r] (+)= sum_k A[t][k] W[r][k].
@@ -1917,7 +1949,7 @@ static void unload(void *hv) {
         cudaEventDestroy(h->ev0);
         cudaEventDestroy(h->ev1);
     }
-    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count};
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
     if (h->hlogits) cudaFreeHost(h->hlogits);
@@ -2282,6 +2314,15 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         if (upload_vec(h, &d->output_norm, &h->output_norm, err, err_len) || upload_mat(h, &o, 1, &h->output, err, err_len)) goto fail;
         if ((size_t)d->n_vocab > max_rows) max_rows = (size_t)d->n_vocab;
     }
+    for (int l = 0; l < d->n_layers; l++) { /* the largest Q4_K matrix: the dequantizing batch products' scratch */
+        const dlayer *t = &h->layers[l];
+        const dmat *ms[] = {&t->qkv[0], &t->qkv[1], &t->qkv[2], &t->wo, &t->gu[0], &t->gu[1], &t->down};
+        for (int i = 0; i < 7; i++)
+            if (ms[i]->type == TYPE_Q4_K && (size_t)ms[i]->rows * ms[i]->cols > h->deq_elems) h->deq_elems = (size_t)ms[i]->rows * ms[i]->cols;
+    }
+    if (d->has_head && h->output.type == TYPE_Q4_K && (size_t)h->output.rows * h->output.cols > h->deq_elems)
+        h->deq_elems = (size_t)h->output.rows * h->output.cols;
+    if (h->deq_elems && !(h->deq = (__half *)dev_alloc(h, h->deq_elems * 2, err, err_len, "Q4_K matrices dequantized for batch products"))) goto fail;
     kv = (size_t)d->n_kv_blocks * d->n_layers * d->kv_block * kv_dim;
     h->partial_elems = (size_t)8 * nb * max_rows;
     h->meta_ints = (size_t)3 * nb + (size_t)d->n_seq_max * d->n_kv_blocks;
@@ -2325,7 +2366,7 @@ fail:
 
 // activation format a product of W over n tokens reads
 static int act_fmt(const handle *h, const dmat *W, int n) {
-    if (W->type == TYPE_Q4_K) return ACT_Q8; /* matrix-vector kernels at every size */
+    if (W->type == TYPE_Q4_K) return n <= MATVEC_MAX_N ? ACT_Q8 : ACT_F16; /* matrix-vector kernel, or cuBLAS on the dequantized matrix */
     return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_kind == GEMM_I8) ? ACT_Q8 : ACT_F16;
 }
 static int group_fmt(const handle *h, const dmat *W, int count, int n) {
@@ -2334,9 +2375,8 @@ static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     return f;
 }
 
-// Q4_K products at any token count: chunks of MATVEC_MAX_N tokens through
-// k_matvec_q4k (no batch GEMM reads Q4_K yet: prompts and large batches pay
-// one weight pass per 8 tokens).
+// Q4_K decode products (n <= MATVEC_MAX_N; matmul() sends larger steps to
+// the dequantize + cuBLAS path): chunks of up to 8 tokens through k_matvec_q4k.
 static void launch_matvec_q4k(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const dim3 g((unsigned)grid((size_t)W->rows, 4));
     const int nb = W->cols / QK;
@@ -2581,7 +2621,18 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
 
 // y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
-    if (W->type == TYPE_Q4_K) launch_matvec_q4k(h, W, n, y, ldy, accumulate);
+    if (W->type == TYPE_Q4_K && n <= MATVEC_MAX_N) launch_matvec_q4k(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_K) { /* dequantized to F16, then cuBLAS on tensor cores */
+        const size_t chunks = (size_t)W->rows * (W->cols / 8);
+        launch(h, k_dequant_q4k, dim3((unsigned)grid(chunks, 256)), 256, 0, (const uint8_t *)W->qs, (const uint4 *)W->kh, W->rows, W->cols, h->deq);
+        const float one = 1, beta = accumulate ? 1.0f : 0.0f;
+        cublasStatus_t st = cublasGemmEx(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, n, W->cols, &one, h->deq, CUDA_R_16F, W->cols, h->ah, CUDA_R_16F,
+                                         W->cols, &beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            snprintf(err, err_len, "cublasGemmEx failed (status %d) for a %dx%d Q4_K by %d product", (int)st, W->rows, W->cols, n);
+            return -1;
+        }
+    }
     else if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
