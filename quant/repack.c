@@ -26,82 +26,43 @@
  * Q5_K: the same, with the rows' fifth bits between the scales and the
  * quants: qh in 8 steps of 4 bytes, step s holding qh bytes 4s..4s+3 of
  * each row (byte l's bit 2j is value 64j+l's, bit 2j+1 value 64j+32+l's,
- * so one step of qh serves step s of every slice). */
-/* Q6_K: per super-block of the group (8 x 210 bytes):
+ * so one step of qh serves step s of every slice).
+ * Q6_K: per super-block of the group (8 x 210 bytes):
  *   d[8]            fp16
  *   sc[4][8]        each row's 16 int8 sub-block scales as four 32-bit words
  *   ql              32 steps of 4 bytes a row: step t = ql bytes 4t..4t+3
  *   qh              16 steps: step u = qh bytes 4u..4u+3 */
-#define Q4K_GROUP (8 * (int)sizeof(block_q4_K)) /* bytes of one super-block of a group */
-#define Q5K_GROUP (8 * (int)sizeof(block_q5_K))
-#define Q6K_GROUP (8 * (int)sizeof(block_q6_K))
 
-int plumb_repack8_supported(uint32_t type) {
-    return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K;
-}
-
-/* row r's super-block b into the group's super-block g, or back (unpack != 0) */
-static void q6_K_move(uint8_t *g, block_q6_K *b, int r, int unpack) {
+/* Row r's super-block b (a block_q4_K, block_q5_K or block_q6_K) into the
+ * group's super-block g, or back into b (unpack != 0). */
+static void k_move(uint32_t type, uint8_t *g, uint8_t *b, int r, int unpack) {
 #define MOVE(grp, row, n) (unpack ? memcpy(row, grp, n) : memcpy(grp, row, n))
-    MOVE(g + 2 * r, &b->d, 2);
-    for (int w = 0; w < 4; w++) MOVE(g + 16 + 32 * w + 4 * r, b->scales + 4 * w, 4);
-    for (int t = 0; t < 32; t++) MOVE(g + 144 + 32 * t + 4 * r, b->ql + 4 * t, 4);
-    for (int u = 0; u < 16; u++) MOVE(g + 144 + 1024 + 32 * u + 4 * r, b->qh + 4 * u, 4);
-#undef MOVE
-}
-
-static void repack8_q6_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q6K_GROUP)
-        for (int r = 0; r < 8; r++) q6_K_move(dst, (block_q6_K *)(src + (size_t)r * row_bytes) + i, r, 0);
-}
-
-static void unpack_row_q6_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    for (int64_t i = 0; i < cols / QK_K; i++, src += Q6K_GROUP) q6_K_move((uint8_t *)src, (block_q6_K *)row + i, r, 1);
-}
-
-/* the parts Q4_K and Q5_K share: scales of row r into the group's header,
- * its 128 quant bytes into the steps at q (or back: unpack != 0) */
-static void k_header_quants(uint8_t *g, uint8_t *q, int r, plumb_half *d, plumb_half *dmin, uint8_t *scales, uint8_t *qs, int unpack) {
-#define MOVE(grp, row, n) (unpack ? memcpy(row, grp, n) : memcpy(grp, row, n))
-    MOVE(g + 2 * r, d, 2);
-    MOVE(g + 16 + 2 * r, dmin, 2);
+    if (type == PLUMB_TYPE_Q6_K) {
+        block_q6_K *q6 = (block_q6_K *)b;
+        MOVE(g + 2 * r, &q6->d, 2);
+        for (int w = 0; w < 4; w++) MOVE(g + 16 + 32 * w + 4 * r, q6->scales + 4 * w, 4);
+        for (int t = 0; t < 32; t++) MOVE(g + 144 + 32 * t + 4 * r, q6->ql + 4 * t, 4);
+        for (int u = 0; u < 16; u++) MOVE(g + 144 + 1024 + 32 * u + 4 * r, q6->qh + 4 * u, 4);
+        return;
+    }
+    /* Q4_K and Q5_K: the header (d, dmin, scale words), Q5_K's qh steps, the quant steps */
+    block_q4_K *q4 = (block_q4_K *)b;
+    block_q5_K *q5 = (block_q5_K *)b;
+    const int five = type == PLUMB_TYPE_Q5_K;
+    uint8_t *scales = five ? q5->scales : q4->scales, *qs = five ? q5->qs : q4->qs, *q = g + 128 + (five ? 256 : 0);
+    MOVE(g + 2 * r, five ? &q5->d : &q4->d, 2);
+    MOVE(g + 16 + 2 * r, five ? &q5->dmin : &q4->dmin, 2);
     for (int w = 0; w < 3; w++) MOVE(g + 32 + 32 * w + 4 * r, scales + 4 * w, 4);
+    if (five)
+        for (int st = 0; st < 8; st++) MOVE(g + 128 + 32 * st + 4 * r, q5->qh + 4 * st, 4);
     for (int j = 0; j < 4; j++)
         for (int st = 0; st < 8; st++) MOVE(q + 256 * j + 32 * st + 4 * r, qs + 32 * j + 4 * st, 4);
 #undef MOVE
 }
 
-static void repack8_q5_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q5K_GROUP)
-        for (int r = 0; r < 8; r++) {
-            block_q5_K *b = (block_q5_K *)(src + (size_t)r * row_bytes) + i;
-            k_header_quants(dst, dst + 128 + 256, r, &b->d, &b->dmin, b->scales, b->qs, 0);
-            for (int st = 0; st < 8; st++) memcpy(dst + 128 + 32 * st + 4 * r, b->qh + 4 * st, 4);
-        }
-}
+static int k_type(uint32_t type) { return type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K; }
 
-static void unpack_row_q5_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    for (int64_t i = 0; i < cols / QK_K; i++, src += Q5K_GROUP) {
-        block_q5_K *b = (block_q5_K *)row + i;
-        k_header_quants((uint8_t *)src, (uint8_t *)src + 128 + 256, r, &b->d, &b->dmin, b->scales, b->qs, 1);
-        for (int st = 0; st < 8; st++) memcpy(b->qh + 4 * st, src + 128 + 32 * st + 4 * r, 4);
-    }
-}
-
-static void repack8_q4_K(const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    for (int64_t i = 0; i < cols / QK_K; i++, dst += Q4K_GROUP)
-        for (int r = 0; r < 8; r++) {
-            block_q4_K *b = (block_q4_K *)(src + (size_t)r * row_bytes) + i;
-            k_header_quants(dst, dst + 128, r, &b->d, &b->dmin, b->scales, b->qs, 0);
-        }
-}
-
-static void unpack_row_q4_K(const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    for (int64_t i = 0; i < cols / QK_K; i++, src += Q4K_GROUP) {
-        block_q4_K *b = (block_q4_K *)row + i;
-        k_header_quants((uint8_t *)src, (uint8_t *)src + 128, r, &b->d, &b->dmin, b->scales, b->qs, 1);
-    }
-}
+int plumb_repack8_supported(uint32_t type) { return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || k_type(type); }
 
 /* bytes of quants per row in one block, and the block size in bytes */
 static void layout(uint32_t type, int *qbytes, int *bsize) {
@@ -110,8 +71,10 @@ static void layout(uint32_t type, int *qbytes, int *bsize) {
 }
 
 void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
-    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K) {
-        (type == PLUMB_TYPE_Q4_K ? repack8_q4_K : type == PLUMB_TYPE_Q5_K ? repack8_q5_K : repack8_q6_K)(src, row_bytes, cols, dst);
+    if (k_type(type)) {
+        const size_t bs = plumb_type_get(type)->type_size;
+        for (int64_t i = 0; i < cols / QK_K; i++)
+            for (int r = 0; r < 8; r++) k_move(type, dst + (size_t)i * 8 * bs, (uint8_t *)src + (size_t)r * row_bytes + (size_t)i * bs, r, 0);
         return;
     }
     int qb, bs;
@@ -128,8 +91,9 @@ void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t 
 
 /* Row r of a repacked group back in the standard layout (for the reference). */
 static void unpack_row(uint32_t type, const uint8_t *src, int64_t cols, int r, uint8_t *row) {
-    if (type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K) {
-        (type == PLUMB_TYPE_Q4_K ? unpack_row_q4_K : type == PLUMB_TYPE_Q5_K ? unpack_row_q5_K : unpack_row_q6_K)(src, cols, r, row);
+    if (k_type(type)) {
+        const size_t bs = plumb_type_get(type)->type_size;
+        for (int64_t i = 0; i < cols / QK_K; i++) k_move(type, (uint8_t *)src + (size_t)i * 8 * bs, row + (size_t)i * bs, r, 1);
         return;
     }
     int qb, bs;

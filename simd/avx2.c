@@ -337,65 +337,36 @@ T512 static void dot8_q8_0_avx512(int n, const void *wv, const void *av, float *
     _mm256_storeu_ps(out, acc);
 }
 
-/* Q4_K, 8 rows, with 512-bit registers: a load takes two steps of a slice
- * (rows 0-7 at step s in the low half, at step s + 1 in the high half) and
- * one vpermd gives each half its 4 activation bytes, as dot8_q4_0_avx512
- * does; the halves are added once per sub-block, then it is the AVX2
- * kernel's per-row scaling. */
-T512 static void dot8_q4_K_avx512(int n, const void *wv, const void *av, float *out) {
+/* Q4_K (FIVE = 0) and Q5_K (FIVE = 1), 8 rows, with 512-bit registers: a
+ * load takes two steps of a slice (rows 0-7 at step s in the low half, at
+ * step s + 1 in the high half) and one vpermd gives each half its 4
+ * activation bytes, as dot8_q4_0_avx512 does; the halves are added once per
+ * sub-block, then it is the AVX2 kernel's per-row scaling. Q5_K's fifth
+ * bits (the qh steps, loaded once per super-block) go in as 16 through a
+ * byte mask (vptestmb) and a masked add. Inlined into each wrapper, so
+ * FIVE is a constant there. */
+T512 static inline __attribute__((always_inline)) void dot8_q45_K_avx512(int n, const void *wv, const void *av, float *out, const int FIVE) {
     const uint8_t *w = wv;
     const block_q8_K *a = av;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const size_t group = 8 * (FIVE ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
     /* activation dword pairs of steps (s, s+1): low nibbles, then high */
     const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
     __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q4_K)) {
-#pragma GCC unroll 18
-        for (int l = 0; l < (int)(8 * sizeof(block_q4_K)); l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
-        __m256i sc_lo, sc_hi, mins;
-        k4x8_scales(w, a[i].bsums, &sc_lo, &sc_hi, &mins);
-        __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int j = 0; j < QK_K / 64; j++) {
-            const uint8_t *q = w + 128 + 256 * j;
-            /* dwords 0-7: the low sub-block's activations, 8-15 the high one's */
-            const __m512i act = _mm512_loadu_si512((const void *)(a[i].qs + 64 * j));
-            __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
-                s_lo = _mm512_dpbusd_epi32(s_lo, _mm512_and_si512(x, m4), _mm512_permutexvar_epi32(lo_idx[p], act));
-                s_hi = _mm512_dpbusd_epi32(s_hi, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4), _mm512_permutexvar_epi32(hi_idx[p], act));
-            }
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s_lo), K4X8_SCALE(sc_lo, sc_hi, 2 * j)));
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sum_halves(s_hi), K4X8_SCALE(sc_lo, sc_hi, 2 * j + 1)));
-        }
-        acc = k4x8_finish(w, a[i].d, isum, mins, acc);
-    }
-    _mm256_storeu_ps(out, acc);
-}
-
-/* Q5_K, 8 rows: as dot8_q4_K_avx512, the fifth bits (the qh steps, loaded
- * once per super-block) added as 16 by a byte mask (vptestmb) and a masked add. */
-T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *out) {
-    const uint8_t *w = wv;
-    const block_q8_K *a = av;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
-    const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
-    const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q5_K)) {
+    for (int i = 0; i < n / QK_K; i++, w += group) {
 #pragma GCC unroll 22
-        for (int l = 0; l < (int)(8 * sizeof(block_q5_K)); l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
+        for (int l = 0; l < (int)group; l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
         __m256i sc_lo, sc_hi, mins;
         k4x8_scales(w, a[i].bsums, &sc_lo, &sc_hi, &mins);
         __m512i qh[4];
-        for (int p = 0; p < 4; p++) qh[p] = _mm512_loadu_si512((const void *)(w + 128 + 64 * p));
+        if (FIVE)
+            for (int p = 0; p < 4; p++) qh[p] = _mm512_loadu_si512((const void *)(w + 128 + 64 * p));
         __m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int j = 0; j < QK_K / 64; j++) {
-            const uint8_t *q = w + 128 + 256 + 256 * j;
+            const uint8_t *q = w + 128 + (FIVE ? 256 : 0) + 256 * j;
+            /* dwords 0-7: the low sub-block's activations, 8-15 the high one's */
             const __m512i act = _mm512_loadu_si512((const void *)(a[i].qs + 64 * j));
             const __m512i bit_lo = _mm512_set1_epi8((char)(1 << (2 * j))), bit_hi = _mm512_set1_epi8((char)(2 << (2 * j)));
             __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
@@ -403,8 +374,10 @@ T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *
             for (int p = 0; p < 4; p++) {
                 const __m512i x = _mm512_loadu_si512((const void *)(q + 64 * p));
                 __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-                lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh[p], bit_lo), lo, b16);
-                hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh[p], bit_hi), hi, b16);
+                if (FIVE) {
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh[p], bit_lo), lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh[p], bit_hi), hi, b16);
+                }
                 s_lo = _mm512_dpbusd_epi32(s_lo, lo, _mm512_permutexvar_epi32(lo_idx[p], act));
                 s_hi = _mm512_dpbusd_epi32(s_hi, hi, _mm512_permutexvar_epi32(hi_idx[p], act));
             }
@@ -415,6 +388,9 @@ T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *
     }
     _mm256_storeu_ps(out, acc);
 }
+
+T512 static void dot8_q4_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 0); }
+T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 1); }
 
 /* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
  * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
