@@ -161,6 +161,7 @@ struct handle {
 };
 
 #include <time.h>
+#include <type_traits>
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -2375,53 +2376,45 @@ static int group_fmt(const handle *h, const dmat *W, int count, int n) {
     return f;
 }
 
-// Q4_K decode products (n <= MATVEC_MAX_N; matmul() sends larger steps to
-// the dequantize + cuBLAS path): chunks of up to 8 tokens through k_matvec_q4k.
-static void launch_matvec_q4k(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const dim3 g((unsigned)grid((size_t)W->rows, 4));
+// The decode products' token loop: mv(NT, aq, ad, y) for each chunk of up
+// to MATVEC_MAX_N tokens, NT a std::integral_constant (the matrix-vector
+// kernels are templated on their token count).
+template <typename MV>
+static void per_token_chunk(handle *h, const dmat *W, int n, float *y, int ldy, MV mv) {
     const int nb = W->cols / QK;
     for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
         const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
         const int8_t *aq = h->aq + (size_t)t0 * W->cols;
         const float2 *ad = h->ad + (size_t)t0 * nb;
         float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) launch(h, k_matvec_q4k<NT, 4>, g, 128, 0, W->qs, W->kh, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
         switch (nt) {
-        case 1: MV(1); break;
-        case 2: MV(2); break;
-        case 3: MV(3); break;
-        case 4: MV(4); break;
-        case 5: MV(5); break;
-        case 6: MV(6); break;
-        case 7: MV(7); break;
-        default: MV(8); break;
+        case 1: mv(std::integral_constant<int, 1>(), aq, ad, yt); break;
+        case 2: mv(std::integral_constant<int, 2>(), aq, ad, yt); break;
+        case 3: mv(std::integral_constant<int, 3>(), aq, ad, yt); break;
+        case 4: mv(std::integral_constant<int, 4>(), aq, ad, yt); break;
+        case 5: mv(std::integral_constant<int, 5>(), aq, ad, yt); break;
+        case 6: mv(std::integral_constant<int, 6>(), aq, ad, yt); break;
+        case 7: mv(std::integral_constant<int, 7>(), aq, ad, yt); break;
+        default: mv(std::integral_constant<int, 8>(), aq, ad, yt); break;
         }
-#undef MV
     }
+}
+
+// Q4_K decode products (n <= MATVEC_MAX_N; matmul() sends larger steps to
+// the dequantize + cuBLAS path).
+static void launch_matvec_q4k(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const dim3 g((unsigned)grid((size_t)W->rows, 4));
+    per_token_chunk(h, W, n, y, ldy, [&](auto nt, const int8_t *aq, const float2 *ad, float *yt) {
+        launch(h, k_matvec_q4k<decltype(nt)::value, 4>, g, 128, 0, W->qs, W->kh, W->rows, W->cols, aq, ad, yt, ldy, accumulate);
+    });
 }
 
 template <int TYPE, int R, int DEPTH>
 static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const dim3 g((unsigned)grid((size_t)W->rows, 4 * R));
-    const int nb = W->cols / QK;
-    for (int t0 = 0; t0 < n; t0 += MATVEC_MAX_N) {
-        const int nt = n - t0 < MATVEC_MAX_N ? n - t0 : MATVEC_MAX_N;
-        const int8_t *aq = h->aq + (size_t)t0 * W->cols;
-        const float2 *ad = h->ad + (size_t)t0 * nb;
-        float *yt = y + (size_t)t0 * ldy;
-#define MV(NT) launch(h, k_matvec<TYPE, NT, R, DEPTH>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate)
-        switch (nt) {
-        case 1: MV(1); break;
-        case 2: MV(2); break;
-        case 3: MV(3); break;
-        case 4: MV(4); break;
-        case 5: MV(5); break;
-        case 6: MV(6); break;
-        case 7: MV(7); break;
-        default: MV(8); break;
-        }
-#undef MV
-    }
+    per_token_chunk(h, W, n, y, ldy, [&](auto nt, const int8_t *aq, const float2 *ad, float *yt) {
+        launch(h, k_matvec<TYPE, decltype(nt)::value, R, DEPTH>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate);
+    });
 }
 
 // Rows per warp, per product (PLUMB_CUDA_MV_ROWS=auto, the default).
