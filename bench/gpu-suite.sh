@@ -92,13 +92,13 @@ synth)
     ;;
 tiny)
     m=$(model tinyllama-1.1b q4_0)
-    PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
-        -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda"
+    PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+        -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda|^bench: batch"
     ;;
 7b)
     m=$(model llama2-7b q4_0)
-    PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
-        -o "$OUT/llama2-7b-gpu" 2>&1 | tee "$OUT/llama2-7b-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda"
+    PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+        -o "$OUT/llama2-7b-gpu" 2>&1 | tee "$OUT/llama2-7b-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda|^bench: batch"
     ;;
 ab)
     m=$(model llama2-7b q4_0)

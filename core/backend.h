@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PLUMB_BACKEND_ABI 1
+#define PLUMB_BACKEND_ABI 2
 
 typedef struct {
     uint32_t type;           /* plumb_type of data */
@@ -43,6 +43,8 @@ typedef struct {
     const int8_t *want;     /* tokens that need logits (with has_head) */
     const int *block_table; /* [n_seq_max][max_blocks_per_seq] */
     int max_blocks_per_seq;
+    int *argmax;            /* with has_head, when not NULL: each wanted row's greedy pick (index of its
+                             * largest logit, the first on ties, as plumb_argmax), found where the logits are */
 } plumb_backend_batch;
 
 typedef struct plumb_backend_iface {

@@ -355,6 +355,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->kv_rows = plumb_calloc((size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *), "attention row pointers");
     if (c->kv_rows) c->bytes += (size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *);
     c->logits = scratch(c, (size_t)hp->n_vocab, "logits");
+    c->argmax = malloc(sizeof(int));
     c->n_logits = 1;
     /* activation scratch: enough for the widest matrix input at full batch */
     size_t act = 0;
@@ -372,7 +373,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->act_buf = act ? plumb_alloc(act, "quantized activations") : NULL;
     c->bytes += act;
     if (!c->free_blocks || !c->seqs || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att_out ||
-        !c->hb || !c->hb2 || !c->att || !c->kv_rows || !c->logits || (act && !c->act_buf)) {
+        !c->hb || !c->hb2 || !c->att || !c->kv_rows || !c->logits || !c->argmax || (act && !c->act_buf)) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s (context of %d positions needs %.1f MiB of KV cache)", plumb_last_error(), c->n_ctx,
                  2.0 * (double)kv * 4 / (1 << 20));
@@ -395,6 +396,7 @@ void plumb_ctx_free(plumb_ctx *c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
     plumb_dealloc(c->kv_rows);
+    free(c->argmax);
     if (c->gpu_handle) c->gpu->unload(c->gpu_handle);
     free(c->block_table);
     for (int i = 0; c->seqs && i < c->n_seq_max; i++) free(c->seqs[i].blocks);
@@ -473,9 +475,14 @@ int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
     }
     if (n_out > c->n_logits) {
         float *nl = plumb_alloc((size_t)n_out * (size_t)nv * sizeof(float), "logits");
-        if (!nl) return -1;
+        int *na = nl ? realloc(c->argmax, sizeof(int) * (size_t)n_out) : NULL;
+        if (!na) {
+            plumb_dealloc(nl);
+            return nl ? plumb_set_error("out of memory") : -1;
+        }
         plumb_dealloc(c->logits);
         c->logits = nl;
+        c->argmax = na;
         c->n_logits = n_out;
     }
     int8_t *want = malloc((size_t)n);
@@ -484,12 +491,24 @@ int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
     int out = 0;
     for (int done = 0; done < n && !rc; done += c->n_batch) {
         const int chunk = n - done < c->n_batch ? n - done : c->n_batch;
-        rc = llama_forward(c, b->tokens + done, b->pos + done, b->seq + done, chunk, want + done, c->logits + (size_t)out * (size_t)nv);
+        rc = llama_forward(c, b->tokens + done, b->pos + done, b->seq + done, chunk, want + done, c->logits + (size_t)out * (size_t)nv, c->argmax + out);
         for (int i = done; i < done + chunk; i++) out += want[i];
     }
     free(want);
     c->n_logits_valid = rc ? 0 : n_out;
+    c->argmax_valid = !rc && c->gpu_handle && c->gpu_head;
     return rc;
+}
+
+int plumb_batch_argmax(const plumb_ctx *c, int first, int n, int *ids) {
+    if (first < 0 || n < 0 || first + n > c->n_logits_valid) return plumb_set_error("logit rows %d..%d not made by the last decode", first, first + n - 1);
+    if (c->argmax_valid) {
+        memcpy(ids, c->argmax + first, sizeof(int) * (size_t)n);
+        return 0;
+    }
+#pragma omp parallel for if (n > 1)
+    for (int i = 0; i < n; i++) ids[i] = plumb_argmax(plumb_batch_logits(c, first + i), c->model->hp.n_vocab);
+    return 0;
 }
 
 const float *plumb_batch_logits(const plumb_ctx *c, int i) {

@@ -110,6 +110,8 @@ struct plumb_ctx {
     float *logits;      /* [rows][n_vocab] */
     int n_logits;       /* rows the logits buffer holds */
     int n_logits_valid; /* rows the last eval wrote */
+    int *argmax;        /* [n_logits] greedy picks of those rows, when the GPU made them */
+    int argmax_valid;   /* argmax holds the last eval's picks */
     /* GPU offload: layers [gpu_first, n_layer) run in the CUDA plugin */
     const struct plumb_backend_iface *gpu;
     void *gpu_handle;
@@ -148,6 +150,6 @@ int llama_bind_tensors(plumb_model *m);
 /* Runs n <= c->n_batch tokens, token t of sequence seq[t] at position pos[t]
  * (blocks already allocated); for each t with want[t], writes a row of
  * logits to logits_out, in batch order. */
-int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out);
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out, int *argmax_out);
 
 #endif

@@ -144,6 +144,11 @@ int plumb_kv_free_positions(const plumb_ctx *c); /* positions in free blocks */
 int plumb_decode(plumb_ctx *c, const plumb_batch *b);
 /* Logits of the i-th token that asked for them, in batch order. */
 const float *plumb_batch_logits(const plumb_ctx *c, int i);
+/* The greedy picks (plumb_argmax) of logit rows first..first+n-1 into ids:
+ * made on the GPU when it ran the output head (the host then reads n ints,
+ * not n x n_vocab floats), else here, rows in parallel. -1 if the last
+ * decode made fewer rows. */
+int plumb_batch_argmax(const plumb_ctx *c, int first, int n, int *ids);
 
 /* ---- sampling ---- */
 

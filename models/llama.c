@@ -209,7 +209,9 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
     }
 }
 
-int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out) {
+/* argmax_out: where the GPU, when it computes the head, puts each wanted
+ * row's greedy pick (left alone otherwise; the caller knows which) */
+int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out, int *argmax_out) {
     const plumb_model *m = c->model;
     const plumb_hparams *hp = &m->hp;
     const int d = hp->n_embd, kv_dim = c->kv_dim, exact = c->p.exact;
@@ -266,7 +268,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
     if (c->gpu_handle) {
         for (int i = 0; i < c->n_seq_max; i++)
             for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
-        plumb_backend_batch gb = {n, pos, seq, want, c->block_table, c->n_kv_blocks};
+        plumb_backend_batch gb = {n, pos, seq, want, c->block_table, c->n_kv_blocks, c->gpu_head ? argmax_out : NULL};
         char err[512];
         if (c->gpu->forward(c->gpu_handle, &gb, c->x, logits_out, err, sizeof err)) return plumb_set_error("GPU: %s", err);
         if (c->gpu_head) return 0;

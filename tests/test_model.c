@@ -249,6 +249,14 @@ Test(model, batched_sequences_match_single) {
         for (int v = 0; v < 512; v++) maxd = fmaxf(maxd, fabsf(a[v] - e[v]));
         cr_expect_lt(maxd, 1e-3f, "sequence %d differs by %g", s, maxd);
     }
+    /* greedy picks of the rows together: plumb_argmax of each; rows past the decode's are refused */
+    int picks[3] = {-1, -1, -1};
+    cr_assert_eq(plumb_batch_argmax(c, 0, 3, picks), 0, "%s", plumb_last_error());
+    for (int s = 0; s < 3; s++) cr_expect_eq(picks[s], plumb_argmax(plumb_batch_logits(c, s), 512), "row %d", s);
+    cr_expect_eq(plumb_batch_argmax(c, 1, 2, picks), 0);
+    cr_expect_eq(picks[0], plumb_argmax(plumb_batch_logits(c, 1), 512));
+    cr_expect_lt(plumb_batch_argmax(c, 2, 2, picks), 0, "a fourth row must be refused");
+    cr_expect_lt(plumb_batch_argmax(c, -1, 1, picks), 0);
     plumb_seq_close(c, s1);
     cr_expect_eq(plumb_kv_free_positions(c), free0 - 16 * 2);
     /* asking for more blocks than are free is refused without changes */

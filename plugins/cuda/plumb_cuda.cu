@@ -31,6 +31,7 @@
 //
 // Every CUDA call is checked; errors travel back as text, never as exit().
 #include <cublas_v2.h>
+#include <climits>
 #include <cxxabi.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -117,6 +118,7 @@ struct handle {
     // pinned host staging
     float *hx, *hlogits;
     int *hmeta;
+    int *ids, *hids; // greedy picks of the step's logit rows: device [max_batch], pinned host [max_batch]
     size_t meta_ints, hlogits_rows;
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -137,7 +139,7 @@ struct handle {
     int timing;
     cudaEvent_t ev0, ev1;
     // host: time from the previous decode step of the same size returning to this one starting, spent outside the plugin (sampling, bookkeeping)
-    struct step_time { long steps, follow; double stage, gpu, wait, copy, host; } *times; // [max_batch + 1]
+    struct step_time { long steps, follow; double stage, gpu, wait, copy, host; } *times; // [2][max_batch + 1]: prompt chunks, decode steps
     double last_end;
     int last_n;
     // PLUMB_CUDA_KPROF=1: each kernel of a step between two events (CUDA graphs
@@ -1205,19 +1207,22 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
 }
 
 // Attention for one (token, kv head, HG query heads of its group): W warps
-// split the positions, 4 positions per pass loaded before any is used; each
-// warp keeps an online softmax per head (a lane holds E of the head's hd
-// dims), then the warps' partial results are merged. With fmt, the output
-// goes straight to the next product's activations (hd % 32 == 0), else to
-// out as floats. W = 4, or 16 when the step has too few (token, head) blocks
-// to cover the GPU (decode of one or a few sequences: each warp's chain of
-// dependent loads is then 4 times shorter).
-#define ATT_POS 4
+// split the positions, NP positions per pass loaded (as F16, converted when
+// used) before any is used; each warp keeps an online softmax per head (a
+// lane holds E of the head's hd dims) and takes a pass's NP scores together:
+// their warp sums interleave, and the running maximum, the rescale of the
+// sums and its exponential happen once a pass instead of once a position.
+// Then the warps' partial results are merged. With fmt, the output goes
+// straight to the next product's activations (hd % 32 == 0), else to out as
+// floats. W = 4 (NP = 8), or 16 (NP = 4) when the step has too few (token,
+// head) blocks to cover the GPU (decode of one or a few sequences: each
+// warp's chain of dependent loads is then 4 times shorter).
 template <int E, int HG, int W>
 __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
                                                    const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
                                                    float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    constexpr int NP = W >= 16 ? 4 : 8, E2 = (E + 1) / 2;
     pdl_trigger();
     pdl_wait();
     extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc
@@ -1239,51 +1244,68 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
             acc[g][e] = 0;
         }
     }
-    auto load = [&](int p, float *kv, float *vv) {
+    auto load = [&](int p, __half2 *kb, __half2 *vb) { // this lane's E values of position p's key and value
         const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd + lane * E;
         if (vec && E % 2 == 0) {
             const __half2 *k2 = (const __half2 *)(kp + off), *v2 = (const __half2 *)(vp + off);
-            __half2 kb[E / 2 > 0 ? E / 2 : 1], vb[E / 2 > 0 ? E / 2 : 1];
             if (E == 8) { *(uint4 *)kb = *(const uint4 *)k2; *(uint4 *)vb = *(const uint4 *)v2; }
             else if (E == 4) { *(uint2 *)kb = *(const uint2 *)k2; *(uint2 *)vb = *(const uint2 *)v2; }
             else { kb[0] = k2[0]; vb[0] = v2[0]; }
-#pragma unroll
-            for (int e = 0; e < E / 2; e++) {
-                const float2 kf = __half22float2(kb[e]), vf = __half22float2(vb[e]);
-                kv[2 * e] = kf.x; kv[2 * e + 1] = kf.y; vv[2 * e] = vf.x; vv[2 * e + 1] = vf.y;
-            }
         } else {
+            const __half zero = __float2half(0.0f);
 #pragma unroll
-            for (int e = 0; e < E; e++) {
-                const int ok = lane * E + e < hd;
-                kv[e] = ok ? __half2float(kp[off + e]) : 0.0f;
-                vv[e] = ok ? __half2float(vp[off + e]) : 0.0f;
+            for (int e = 0; e < E2; e++) {
+                const int i0 = lane * E + 2 * e, ok0 = 2 * e < E && i0 < hd, ok1 = 2 * e + 1 < E && i0 + 1 < hd;
+                kb[e] = __halves2half2(ok0 ? kp[off + 2 * e] : zero, ok1 ? kp[off + 2 * e + 1] : zero);
+                vb[e] = __halves2half2(ok0 ? vp[off + 2 * e] : zero, ok1 ? vp[off + 2 * e + 1] : zero);
             }
         }
     };
-    auto update = [&](const float *kv, const float *vv) {
+    for (int p = warp; p < len; p += NP * W) {
+        __half2 kb[NP][E2], vb[NP][E2];
+#pragma unroll
+        for (int u = 0; u < NP; u++)
+            if (p + u * W < len) load(p + u * W, kb[u], vb[u]);
 #pragma unroll
         for (int g = 0; g < HG; g++) {
             if (g >= nh) break;
-            float s = 0;
+            float s[NP];
 #pragma unroll
-            for (int e = 0; e < E; e++) s += q[g][e] * kv[e];
-            s = warp_sum(s);
-            const float mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), w = __expf(s - mn);
-            l[g] = l[g] * corr + w;
+            for (int u = 0; u < NP; u++) {
+                s[u] = 0;
+                if (p + u * W < len)
 #pragma unroll
-            for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + w * vv[e];
+                    for (int e = 0; e < E2; e++) {
+                        const float2 kf = __half22float2(kb[u][e]);
+                        s[u] += q[g][2 * e] * kf.x + (2 * e + 1 < E ? q[g][2 * e + 1] * kf.y : 0.0f);
+                    }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < NP; u++) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+            float mn = m[g];
+#pragma unroll
+            for (int u = 0; u < NP; u++)
+                if (p + u * W < len) mn = fmaxf(mn, s[u]);
+            const float corr = __expf(m[g] - mn);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < NP; u++)
+                if (p + u * W < len) {
+                    const float w = __expf(s[u] - mn);
+                    l[g] += w;
+#pragma unroll
+                    for (int e = 0; e < E2; e++) {
+                        const float2 vf = __half22float2(vb[u][e]);
+                        acc[g][2 * e] += w * vf.x;
+                        if (2 * e + 1 < E) acc[g][2 * e + 1] += w * vf.y;
+                    }
+                }
             m[g] = mn;
         }
-    };
-    for (int p = warp; p < len; p += ATT_POS * W) {
-        float kv[ATT_POS][E], vv[ATT_POS][E];
-#pragma unroll
-        for (int u = 0; u < ATT_POS; u++)
-            if (p + u * W < len) load(p + u * W, kv[u], vv[u]);
-#pragma unroll
-        for (int u = 0; u < ATT_POS; u++)
-            if (p + u * W < len) update(kv[u], vv[u]);
     }
     float *sm_m = sh, *sm_l = sh + W * HG, *sm_acc = sh + 2 * W * HG;
 #pragma unroll
@@ -1319,6 +1341,41 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
         } else if (i < total) {
             out[(size_t)t * qd + h0 * hd + i] = o;
         }
+    }
+}
+
+// Greedy pick of each logit row (a block per row): the index of the largest
+// value, the first one on ties, NaN never picked: plumb_argmax's answer, so
+// the host need not read n_out x n_vocab floats to choose the next tokens.
+__global__ void __launch_bounds__(256) k_argmax(const float *__restrict__ logits, int n_vocab, int *ids) {
+    const float *x = logits + (size_t)blockIdx.x * n_vocab;
+    float best = -INFINITY;
+    int at = INT_MAX;
+    for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) { // a thread's indices rise: the first of its ties stays
+        const float v = x[i];
+        if (v > best || (at == INT_MAX && v == best)) best = v, at = i;
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+        if (ov > best || (ov == best && oi < at)) best = ov, at = oi;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    if (lane == 0) sv[warp] = best, si[warp] = at;
+    __syncthreads();
+    if (warp == 0) {
+        best = lane < warps ? sv[lane] : -INFINITY;
+        at = lane < warps ? si[lane] : INT_MAX;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (ov > best || (ov == best && oi < at)) best = ov, at = oi;
+        }
+        if (lane == 0) ids[blockIdx.x] = at == INT_MAX ? 0 : at; // every value NaN: 0, as on the host
     }
 }
 
@@ -1939,21 +1996,23 @@ static void unload(void *hv) {
     if (h->fused_bar) cudaFree(h->fused_bar);
     if (h->hflag) cudaFreeHost(h->hflag);
     if (h->times) {
-        for (int i = 0; i <= h->desc.max_batch; i++) {
-            const handle::step_time *t = &h->times[i];
+        for (int j = 0; j < 2 * (h->desc.max_batch + 1); j++) {
+            const handle::step_time *t = &h->times[j];
+            const int i = j % (h->desc.max_batch + 1), decode = j > h->desc.max_batch;
             if (!t->steps) continue;
-            fprintf(stderr, "plumb-cuda: batch %3d: %6ld steps, per step ms: stage %.3f, GPU %.3f, wait %.3f, copy out %.3f, host between steps %.3f\n", i,
-                    t->steps, 1e3 * t->stage / t->steps, 1e3 * t->gpu / t->steps, 1e3 * t->wait / t->steps, 1e3 * t->copy / t->steps,
+            fprintf(stderr, "plumb-cuda: %s of %3d tokens: %6ld steps, per step ms: stage %.3f, GPU %.3f, wait %.3f, copy out %.3f, host between steps %.3f\n",
+                    decode ? "decode steps" : "prompt chunks", i, t->steps, 1e3 * t->stage / t->steps, 1e3 * t->gpu / t->steps, 1e3 * t->wait / t->steps, 1e3 * t->copy / t->steps,
                     t->follow ? 1e3 * t->host / t->follow : 0.0);
         }
         free(h->times);
         cudaEventDestroy(h->ev0);
         cudaEventDestroy(h->ev1);
     }
-    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq};
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq, h->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
     if (h->hlogits) cudaFreeHost(h->hlogits);
+    if (h->hids) cudaFreeHost(h->hids);
     if (h->hmeta) cudaFreeHost(h->hmeta);
     for (int i = 0; i < GRAPH_SLOTS; i++) if (h->graphs[i].used) cudaGraphExecDestroy(h->graphs[i].exec);
     if (h->blas) cublasDestroy(h->blas);
@@ -2266,7 +2325,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->mv_rows = !mr || !strcmp(mr, "auto") ? MV_AUTO : !strcmp(mr, "1") ? 1 : 2;
     }
     if (h->split_blocks_per_sm < 1) h->split_blocks_per_sm = 1;
-    if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc((size_t)nb + 1, sizeof *h->times))) {
+    if (getenv("PLUMB_CUDA_TIMING") && (h->times = (handle::step_time *)calloc(2 * ((size_t)nb + 1), sizeof *h->times))) {
         cudaEventCreate(&h->ev0);
         cudaEventCreate(&h->ev1);
     }
@@ -2342,6 +2401,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->ad = (float2 *)dev_alloc(h, (size_t)nb * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
         !(h->ah = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
         !(h->meta = (int *)dev_alloc(h, h->meta_ints * 4, err, err_len, "positions and block tables")) ||
+        !(h->ids = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "greedy picks")) ||
         !(h->tile_count = (unsigned *)dev_alloc(h, TILE_COUNTERS * sizeof(unsigned), err, err_len, "split-K tile counters")))
         goto fail;
     CHECK(cudaMemset(h->tile_count, 0, TILE_COUNTERS * sizeof(unsigned)), "clearing the tile counters");
@@ -2354,6 +2414,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaMallocHost(&h->hx, (size_t)nb * d->n_embd * 4), "pinned host memory");
     CHECK(cudaMallocHost(&h->hmeta, h->meta_ints * 4), "pinned host memory");
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
+    CHECK(cudaMallocHost(&h->hids, (size_t)nb * 4), "pinned host memory");
     if (fused_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     if (getenv("PLUMB_CUDA_MVBENCH") && strcmp(getenv("PLUMB_CUDA_MVBENCH"), "0") && mv_bench(h, err, err_len)) goto fail;
@@ -2902,7 +2963,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
     const int n = b->n, D = d->n_embd, nb = d->max_batch;
-    int n_out = 0, failed = 0, fused = 0, checking = 0;
+    int n_out = 0, failed = 0, fused = 0, checking = 0, picks = 0;
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
     if (b->max_blocks_per_seq > d->n_kv_blocks) {
@@ -2947,6 +3008,12 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         cudaEventRecord(h->ev1, h->stream);
         t_launched = now_s();
     }
+    picks = d->has_head && b->argmax && n_out > 0;
+    if (picks) { // before the logits copy, so the picks ride along with it
+        k_argmax<<<n_out, 256, 0, h->stream>>>(h->logits, d->n_vocab, h->ids);
+        CHECK(cudaGetLastError(), "launching the greedy picks");
+        CHECK(cudaMemcpyAsync(h->hids, h->ids, (size_t)n_out * 4, cudaMemcpyDeviceToHost, h->stream), "copying the greedy picks");
+    }
     if (d->has_head) {
         for (int r0 = 0; r0 < n_out; r0 += (int)h->hlogits_rows) { // through pinned memory, a chunk of rows at a time
             const int rn = n_out - r0 < (int)h->hlogits_rows ? n_out - r0 : (int)h->hlogits_rows;
@@ -2969,10 +3036,11 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         snprintf(err, err_len, "the fused decode kernel's grid barrier timed out (its blocks were not all resident); PLUMB_CUDA_FUSED=0 turns it off");
         return -1;
     }
+    if (picks) memcpy(b->argmax, h->hids, (size_t)n_out * 4);
     if (checking) compare_logits(h, h->check_logits, logits_host, n_out);
     if (h->kprof) kprof_collect(h, n_out == n ? n : -n);
     if (h->times) {
-        handle::step_time *t = &h->times[n];
+        handle::step_time *t = &h->times[(distinct(b->seq, n) ? nb + 1 : 0) + n]; // decode steps (a token per sequence) apart from prompt chunks
         float ms = 0;
         cudaEventElapsedTime(&ms, h->ev0, h->ev1);
         if (!t_done) t_done = now_s();
