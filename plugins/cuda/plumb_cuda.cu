@@ -95,6 +95,12 @@ struct graph_slot {
     cudaGraphExec_t exec;
 };
 
+// A batch product's split-K partial sums not yet added to its output (see psum4)
+struct psum {
+    const float *p;
+    int splits, n, rows, accumulate;
+};
+
 struct handle {
     plumb_backend_model_desc desc;
     dlayer *layers;
@@ -106,6 +112,7 @@ struct handle {
     float *x, *qkv, *att, *gu, *logits, *cs, *sn, *partial;
     size_t partial_elems;
     unsigned *tile_count;  // per output tile of a split-K product: splits finished (the int8 GEMM's in-kernel reduction)
+    int split_reader;      // PLUMB_CUDA_SPLIT_SUM=reader (default): the output's next reader adds the partials (finish_splits)
     int split_inline;      // PLUMB_CUDA_SPLIT_SUM=inline: partials added by each tile's last split (measured slower
                            // on the H200: 73 us vs 53 + 6.7 us per 7B GEMM at batch 64), default k_splitk_sum
     int8_t *aq;   // int8 activations [max_batch][max_k]
@@ -118,6 +125,8 @@ struct handle {
     // pinned host staging
     float *hx, *hlogits;
     int *hmeta;
+    psum pend;     // a batch product's split-K partials left for the next kernel to add (defer_sum), or p = NULL
+    int defer_sum; // set around a product whose reader adds its partials itself
     int *ids, *hids; // greedy picks of the step's logit rows: device [max_batch], pinned host [max_batch]
     size_t meta_ints, hlogits_rows;
     cudaStream_t stream;
@@ -229,25 +238,50 @@ __device__ __forceinline__ void store_act4(float4 v, int row, int i4, int k, int
     }
 }
 
+// The split-K partial sums of the product that wrote a buffer, not yet
+// added: the kernel that reads the buffer next adds them itself (and writes
+// the totals back where later kernels read them), so a batch product needs
+// no k_splitk_sum launch and its extra pass over the partials. p == NULL:
+// the buffer is complete. Value (t, r) is (accumulate ? y : 0) + sum over z
+// of p[z][t][r], the partials added in k_splitk_sum's order: same bits.
+// (struct psum: above the handle, which holds one)
+__device__ __forceinline__ float4 psum4(const psum &s, float4 y, int t, int r) {
+    float4 a = make_float4(0, 0, 0, 0);
+    for (int z = 0; z < s.splits; z++) {
+        const float4 v = *(const float4 *)(s.p + ((size_t)z * s.n + t) * s.rows + r);
+        a.x += v.x, a.y += v.y, a.z += v.z, a.w += v.w;
+    }
+    return s.accumulate ? make_float4(y.x + a.x, y.y + a.y, y.z + a.z, y.w + a.w) : a;
+}
+__device__ __forceinline__ float psum1(const psum &s, float y, int t, int r) {
+    float a = 0;
+    for (int z = 0; z < s.splits; z++) a += s.p[((size_t)z * s.n + t) * s.rows + r];
+    return s.accumulate ? y + a : a;
+}
+
 // act[r] = x[src_row] * rsqrt(mean(x^2) + eps) * w; src_row = rows ? rows[r] : r.
 // 1024 threads, 4 values each per pass (the 4-wide path needs d % 32 == 0,
 // true of every model with quantized matrices; others take the plain loop).
-__global__ void __launch_bounds__(1024) k_rmsnorm_act(const float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
-                                                      __half *ah) {
+__global__ void __launch_bounds__(1024) k_rmsnorm_act(float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
+                                                      __half *ah, psum ps) {
     pdl_trigger();
     pdl_wait();
-    const int r = blockIdx.x;
-    const float *xr = x + (size_t)(rows ? rows[r] : r) * d;
+    const int r = blockIdx.x, src = rows ? rows[r] : r;
+    float *xr = x + (size_t)src * d;
     const int wide = d % QK == 0;
     __shared__ float part[32];
     float ss = 0;
     if (wide)
         for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
-            const float4 v = *(const float4 *)(xr + i);
+            float4 v = *(const float4 *)(xr + i);
+            if (ps.p) *(float4 *)(xr + i) = v = psum4(ps, v, src, i); // the residual stream completed (this thread reads it again below)
             ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     else
-        for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            if (ps.p) xr[i] = psum1(ps, xr[i], src, i);
+            ss += xr[i] * xr[i];
+        }
     ss = warp_sum(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
@@ -273,7 +307,8 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
 
 // act[t] = x[t] (swiglu = 0) or silu(x[t][i]) * x[t][k + i] (swiglu = 1, x
 // holds [gate | up] rows of ldx floats). grid (n, ceil(k / 1024)), 256 threads.
-__global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+// With ps, x is a product's output (rows = ldx) whose partial sums are added here.
+__global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, int8_t *aq, float2 *ad, __half *ah, psum ps) {
     pdl_trigger();
     pdl_wait();
     const int t = blockIdx.x;
@@ -282,15 +317,17 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
         const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 4;
         if (i >= k) return; // k % 32 == 0: a block of 8 threads leaves together
         float4 v = *(const float4 *)(xr + i);
+        if (ps.p) v = psum4(ps, v, t, i);
         if (swiglu) {
-            const float4 u = *(const float4 *)(xr + k + i);
+            float4 u = *(const float4 *)(xr + k + i);
+            if (ps.p) u = psum4(ps, u, t, k + i);
             v = make_float4(silu(v.x) * u.x, silu(v.y) * u.y, silu(v.z) * u.z, silu(v.w) * u.w);
         }
         store_act4(v, t, i, k, fmt, aq, ad, ah);
     } else {
         for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < k; i += gridDim.y * blockDim.x) {
-            float v = xr[i];
-            if (swiglu) v = silu(v) * xr[k + i];
+            float v = ps.p ? psum1(ps, xr[i], t, i) : xr[i];
+            if (swiglu) v = silu(v) * (ps.p ? psum1(ps, xr[k + i], t, k + i) : xr[k + i]);
             ah[(size_t)t * k + i] = __float2half(v);
         }
     }
@@ -1161,22 +1198,23 @@ __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, fl
 __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs, const float *__restrict__ sn,
                           const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table, int max_blocks, int n_head,
                           int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp, int layer, int n_layers,
-                          int kv_block) {
+                          int kv_block, psum ps) {
     pdl_trigger();
     pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd;
     const int idx = h * hd + i; // this value's column in the qkv row
     float *row = qkv + (size_t)t * ldq;
     float v = 0, out = 0;
+    auto at = [&](int c) { return ps.p ? psum1(ps, row[c], t, c) : row[c]; }; // with ps, row holds only partial sums (rows = ldq)
     if (i < hd) {
-        v = row[idx] + (bias ? bias[idx] : 0.0f);
+        v = at(idx) + (bias ? bias[idx] : 0.0f);
         out = v;
         if (h < n_head + n_head_kv && i < n_rot) { // q or k, rotary part: pair (a, b) turns by the angle of pair j
             const int half = n_rot / 2;
             const int j = neox ? (i < half ? i : i - half) : i / 2;
             const int first = neox ? i < half : (i & 1) == 0;
             const int partner = h * hd + (neox ? (first ? i + half : i - half) : (first ? i + 1 : i - 1));
-            const float pv = row[partner] + (bias ? bias[partner] : 0.0f);
+            const float pv = at(partner) + (bias ? bias[partner] : 0.0f);
             const float c = cs[(size_t)t * half + j], s = sn[(size_t)t * half + j];
             out = first ? v * c - pv * s : pv * s + v * c;
         }
@@ -2102,6 +2140,7 @@ template <int TYPE>
 static void launch_matvec(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate);
 
 static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len);
+static void finish_splits(handle *h, int splits, int n, int rows, float *y, int ldy, int accumulate);
 
 // the matrix of one kind (qkv, wo, gate/up, down, output) in layer l, and a
 // buffer its product over the step's tokens may write
@@ -2281,11 +2320,13 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         const char *gk = getenv("PLUMB_CUDA_GEMM"), *gt = getenv("PLUMB_CUDA_GEMM_TILE"), *ss = getenv("PLUMB_CUDA_SPLIT_SUM");
-        if (ss && strcmp(ss, "kernel") && strcmp(ss, "inline")) {
-            snprintf(err, err_len, "PLUMB_CUDA_SPLIT_SUM wants inline or kernel (where the int8 GEMM's split-K partials are added)");
+        if (ss && strcmp(ss, "reader") && strcmp(ss, "kernel") && strcmp(ss, "inline")) {
+            snprintf(err, err_len, "PLUMB_CUDA_SPLIT_SUM wants reader, kernel or inline (where a batch product's split-K partials are added: by the "
+                                   "kernel that reads the output next, by k_splitk_sum, or by each tile's last split in the int8 GEMM)");
             goto fail;
         }
         h->split_inline = ss && !strcmp(ss, "inline");
+        h->split_reader = !ss || !strcmp(ss, "reader");
         if (gk && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
             snprintf(err, err_len, "PLUMB_CUDA_GEMM wants reg, i8 or f16 (the batch GEMM: F16 tensor cores on weights dequantized in registers, "
                                    "int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
@@ -2576,7 +2617,15 @@ static void launch_gemm_i8_t(handle *h, const dmat *W, int n, float *y, int ldy,
     launch(h, k_gemm_i8<TYPE, WM, WN, MT, NB, KS, MB>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows,
            W->cols, h->aq, h->ad, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, inl ? h->tile_count : NULL);
     if (splits > 1 && !inl)
-        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+        finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
+}
+
+/* A split product's partials: added by k_splitk_sum, or (h->defer_sum, the
+ * output's reader adds them itself; run_layers passes h->pend to it) left
+ * in h->partial for that reader. */
+static void finish_splits(handle *h, int splits, int n, int rows, float *y, int ldy, int accumulate) {
+    if (h->defer_sum && ldy == rows) h->pend = psum{h->partial, splits, n, rows, accumulate};
+    else launch(h, k_splitk_sum, grid((size_t)n * rows, 256), 256, 0, h->partial, splits, n, rows, y, ldy, accumulate);
 }
 
 /* k splits of a reg GEMM of `blocks` output tiles over `chunks` slices.
@@ -2613,7 +2662,7 @@ static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, 
     launch(h, k_gemm_r<TYPE, WM, MT, NT, NB, KS>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
            (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
-        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+        finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
 
 /* block shape: gemm_r_tile (PLUMB_CUDA_GEMM_RTILE) or by batch size: token
@@ -2658,7 +2707,7 @@ static void launch_gemm_nf(handle *h, const dmat *W, int n, float *y, int ldy, i
     launch(h, k_gemm_q<TYPE, NF, MA>, g, 256, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols, h->ah, n, y, ldy, accumulate, cps,
            splits > 1 ? h->partial : NULL);
     if (splits > 1)
-        launch(h, k_splitk_sum, grid((size_t)n * W->rows, 256), 256, 0, h->partial, splits, n, W->rows, y, ldy, accumulate);
+        finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
 
 /* Token tiles of 16, 32 or 64; PLUMB_CUDA_GEMM_ROWS=32 gives warps of 32
@@ -2808,26 +2857,41 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
     const int mm = h->skip != SKIP_PRODUCTS, other = h->skip != SKIP_OTHERS;
     if (d->n_rot > 0 && other) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
     if (fused) launch_fused(h, n, max_blocks);
+    /* A product whose output the next kernel reads (norm, RoPE, SwiGLU) leaves
+     * its split-K partials to that kernel (finish_splits); take() hands them over. */
+    const psum none = {NULL, 0, 0, 0, 0};
+    h->pend = none;
+    auto product = [&](const dmat *W, int count, float *y, int ldy, int accumulate, int reader_follows) {
+        h->defer_sum = reader_follows && other && count == 1 && h->split_reader;
+        const int rc = count == 1 ? matmul(h, W, n, y, ldy, accumulate, err, err_len) : matmul_group(h, W, count, n, y, ldy, err, err_len);
+        h->defer_sum = 0;
+        return rc;
+    };
+    auto take = [&]() {
+        const psum p = h->pend;
+        h->pend = none;
+        return p;
+    };
     for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
-        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah);
-        if (mm && matmul_group(h, L->qkv, L->n_qkv, n, h->qkv, ldq, err, err_len)) return -1;
+        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah, take());
+        if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
         if (other) launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
-                                            d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block);
+                                            d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, take());
         if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
         else if (other) {
             launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
-            launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah);
+            launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah, none);
         }
-        if (mm && matmul(h, &L->wo, n, h->x, D, 1, err, err_len)) return -1;
-        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah);
-        if (mm && matmul_group(h, L->gu, L->n_gu, n, h->gu, 2 * ff, err, err_len)) return -1;
-        if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah);
-        if (mm && matmul(h, &L->down, n, h->x, D, 1, err, err_len)) return -1;
+        if (mm && product(&L->wo, 1, h->x, D, 1, 1)) return -1;
+        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah, take());
+        if (mm && product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1)) return -1;
+        if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
+        if (mm && product(&L->down, 1, h->x, D, 1, l + 1 < d->n_layers || (d->has_head && n_out))) return -1;
     }
     if (d->has_head && n_out) {
-        if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah);
+        if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah, take());
         if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     cudaError_t e = cudaGetLastError();
