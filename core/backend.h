@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PLUMB_BACKEND_ABI 2
+#define PLUMB_BACKEND_ABI 3
 
 typedef struct {
     uint32_t type;           /* plumb_type of data */
@@ -61,6 +61,10 @@ typedef struct plumb_backend_iface {
     size_t (*peak_bytes)(void *handle); /* device memory high-water mark */
     /* device-to-device copy bandwidth, bytes read + written per second (0 on error) */
     double (*copy_bandwidth)(void);
+    /* page-locked host memory (NULL if none): the core keeps its logits there, so
+     * forward's logits arrive by one DMA instead of a DMA and a host copy */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } plumb_backend_iface;
 
 typedef const plumb_backend_iface *(*plumb_backend_entry_fn)(void);

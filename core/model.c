@@ -159,6 +159,22 @@ static float *scratch(plumb_ctx *c, size_t n_floats, const char *what) {
     return p;
 }
 
+/* The logits buffer: page-locked by the GPU plugin when it computes the
+ * head (logits then come back by DMA straight into it), else ordinary. */
+static float *logits_alloc(plumb_ctx *c, size_t n_floats) {
+    if (c->gpu_handle && c->gpu_head) {
+        float *p = c->gpu->host_alloc(n_floats * sizeof(float));
+        if (p) memset(p, 0, n_floats * sizeof(float));
+        else plumb_set_error("out of page-locked host memory for %zu logits", n_floats);
+        return p;
+    }
+    return plumb_calloc(n_floats * sizeof(float), "logits");
+}
+static void logits_free(plumb_ctx *c, float *p) {
+    if (c->gpu_handle && c->gpu_head) c->gpu->host_free(p);
+    else plumb_dealloc(p);
+}
+
 static plumb_backend_tensor btensor(const plumb_matrix *w) {
     return (plumb_backend_tensor){w->type, w->rows, w->cols, w->data, w->row_bytes};
 }
@@ -354,7 +370,8 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->att = scratch(c, (size_t)n_threads * (size_t)c->n_ctx, "attention scores");
     c->kv_rows = plumb_calloc((size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *), "attention row pointers");
     if (c->kv_rows) c->bytes += (size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *);
-    c->logits = scratch(c, (size_t)hp->n_vocab, "logits");
+    c->logits = logits_alloc(c, (size_t)hp->n_vocab);
+    if (c->logits) c->bytes += (size_t)hp->n_vocab * sizeof(float);
     c->argmax = malloc(sizeof(int));
     c->n_logits = 1;
     /* activation scratch: enough for the widest matrix input at full batch */
@@ -392,7 +409,8 @@ void plumb_ctx_free(plumb_ctx *c) {
     if (!c) return;
     plumb_dealloc(c->k_mem);
     plumb_dealloc(c->v_mem);
-    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att, c->logits};
+    float *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att_out, c->hb, c->hb2, c->att};
+    if (c->logits) logits_free(c, c->logits);
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) plumb_dealloc(bufs[i]);
     plumb_dealloc(c->act_buf);
     plumb_dealloc(c->kv_rows);
@@ -474,13 +492,14 @@ int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
         if (b->pos[i] + 1 > s->n_pos) s->n_pos = b->pos[i] + 1;
     }
     if (n_out > c->n_logits) {
-        float *nl = plumb_alloc((size_t)n_out * (size_t)nv * sizeof(float), "logits");
+        float *nl = logits_alloc(c, (size_t)n_out * (size_t)nv);
         int *na = nl ? realloc(c->argmax, sizeof(int) * (size_t)n_out) : NULL;
         if (!na) {
-            plumb_dealloc(nl);
+            if (nl) logits_free(c, nl);
             return nl ? plumb_set_error("out of memory") : -1;
         }
-        plumb_dealloc(c->logits);
+        c->bytes += (size_t)(n_out - c->n_logits) * (size_t)nv * sizeof(float);
+        logits_free(c, c->logits);
         c->logits = nl;
         c->argmax = na;
         c->n_logits = n_out;

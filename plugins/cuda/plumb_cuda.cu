@@ -112,6 +112,7 @@ struct handle {
     float *x, *qkv, *att, *gu, *logits, *cs, *sn, *partial;
     size_t partial_elems;
     unsigned *tile_count;  // per output tile of a split-K product: splits finished (the int8 GEMM's in-kernel reduction)
+    int staged_logits;     // PLUMB_CUDA_LOGITS=staged: logits through the plugin's pinned buffer and a host copy even into page-locked memory
     int split_reader;      // PLUMB_CUDA_SPLIT_SUM=reader (default): the output's next reader adds the partials (finish_splits)
     int split_inline;      // PLUMB_CUDA_SPLIT_SUM=inline: partials added by each tile's last split (measured slower
                            // on the H200: 73 us vs 53 + 6.7 us per 7B GEMM at batch 64), default k_splitk_sum
@@ -2327,6 +2328,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->split_inline = ss && !strcmp(ss, "inline");
         h->split_reader = !ss || !strcmp(ss, "reader");
+        const char *lg = getenv("PLUMB_CUDA_LOGITS");
+        if (lg && strcmp(lg, "direct") && strcmp(lg, "staged")) {
+            snprintf(err, err_len, "PLUMB_CUDA_LOGITS wants direct or staged (logits copied by DMA into the core's page-locked buffer, or through the plugin's and a host copy)");
+            goto fail;
+        }
+        h->staged_logits = lg && !strcmp(lg, "staged");
         if (gk && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
             snprintf(err, err_len, "PLUMB_CUDA_GEMM wants reg, i8 or f16 (the batch GEMM: F16 tensor cores on weights dequantized in registers, "
                                    "int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
@@ -3023,6 +3030,15 @@ static void kprof_print(handle *h) {
     }
 }
 
+static int is_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float *logits_host, char *err, size_t err_len) {
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
@@ -3078,7 +3094,11 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         CHECK(cudaGetLastError(), "launching the greedy picks");
         CHECK(cudaMemcpyAsync(h->hids, h->ids, (size_t)n_out * 4, cudaMemcpyDeviceToHost, h->stream), "copying the greedy picks");
     }
-    if (d->has_head) {
+    if (d->has_head && n_out > 0 && !h->staged_logits && is_pinned(logits_host)) { // the core's buffer came from host_alloc: one DMA, no host copy
+        CHECK(cudaMemcpyAsync(logits_host, h->logits, (size_t)n_out * d->n_vocab * 4, cudaMemcpyDeviceToHost, h->stream), "copying logits");
+        CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+        t_done = h->times ? now_s() : 0;
+    } else if (d->has_head) {
         for (int r0 = 0; r0 < n_out; r0 += (int)h->hlogits_rows) { // through pinned memory, a chunk of rows at a time
             const int rn = n_out - r0 < (int)h->hlogits_rows ? n_out - r0 : (int)h->hlogits_rows;
             const size_t bytes = (size_t)rn * d->n_vocab * 4;
@@ -3155,6 +3175,14 @@ done:
     return best;
 }
 
-static const plumb_backend_iface iface = {PLUMB_BACKEND_ABI, "cuda", dev_info, load, unload, forward, peak_bytes, copy_bandwidth};
+static void *host_alloc(size_t bytes) {
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes ? bytes : 16) == cudaSuccess ? p : NULL;
+}
+static void host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+static const plumb_backend_iface iface = {PLUMB_BACKEND_ABI, "cuda", dev_info, load, unload, forward, peak_bytes, copy_bandwidth, host_alloc, host_free};
 
 extern "C" const plumb_backend_iface *plumb_cuda_backend_entry(void) { return &iface; }
