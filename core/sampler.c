@@ -110,13 +110,17 @@ static void select_top_k(const float *l, int n, int k, int *idx) {
     }
 }
 
+static int penalty_on(const plumb_sampler *s) { return s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0; }
+
+int plumb_sampler_is_greedy(const plumb_sampler *s) { return s->p.temp <= 0 && !penalty_on(s); }
+
 plumb_token plumb_sample(plumb_sampler *s, const float *logits) {
     const int nv = s->n_vocab;
     float *l = s->logits;
     memcpy(l, logits, sizeof(float) * (size_t)nv);
     /* repetition penalty (CTRL-style): shrink the logits of recent tokens,
      * once per distinct token (idx doubles as a seen-mark here) */
-    if (s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0) {
+    if (penalty_on(s)) {
         for (int i = 0; i < s->n_recent; i++)
             if (s->recent[i] >= 0 && s->recent[i] < nv) s->idx[s->recent[i]] = 0;
         for (int i = 0; i < s->n_recent; i++) {

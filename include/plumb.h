@@ -170,6 +170,10 @@ void plumb_sampler_free(plumb_sampler *s);
 plumb_token plumb_sample(plumb_sampler *s, const float *logits);
 /* Records a token (e.g. prompt tokens) for the repetition penalty. */
 void plumb_sampler_accept(plumb_sampler *s, plumb_token t);
+/* 1 when plumb_sample is plumb_argmax of the logits as given (temperature 0,
+ * no repetition penalty): a caller holding that pick (plumb_batch_argmax) may
+ * record it with plumb_sampler_accept instead of sampling. */
+int plumb_sampler_is_greedy(const plumb_sampler *s);
 /* Greedy pick: the index of the largest of x[0..n) (the first on ties; NaNs
  * are never picked; 0 when nothing compares). */
 int plumb_argmax(const float *x, int n);

@@ -134,6 +134,7 @@ static void *engine_main(void *arg) {
     plumb_token *toks = malloc(sizeof(plumb_token) * STEP_TOKENS);
     int *pos = malloc(sizeof(int) * STEP_TOKENS), *seq = malloc(sizeof(int) * STEP_TOKENS), *owner = malloc(sizeof(int) * STEP_TOKENS);
     int8_t *want = malloc(STEP_TOKENS);
+    int *picks = malloc(sizeof(int) * STEP_TOKENS); /* greedy picks of the step's logit rows, when some request wants them */
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->queue_head && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
@@ -204,6 +205,12 @@ static void *engine_main(void *arg) {
         for (int i = 0; i < 10; i++)
             if (n <= engine_batch_bounds[i]) { e->st.batch_buckets[i]++; break; }
         pthread_mutex_unlock(&e->mu);
+        /* greedy requests take the step's picks: made on the GPU when it has
+         * the head (n ints read, not n x n_vocab floats), else here in parallel */
+        int n_out = 0, greedy = 0;
+        for (int t = 0; t < n; t++)
+            if (want[t]) n_out++, greedy += e->active[owner[t]]->sampler && plumb_sampler_is_greedy(e->active[owner[t]]->sampler);
+        const int have_picks = !rc && greedy && picks && plumb_batch_argmax(e->ctx, 0, n_out, picks) == 0;
         int out = 0;
         for (int t = 0; t < n; t++) {
             if (!want[t]) continue;
@@ -214,7 +221,9 @@ static void *engine_main(void *arg) {
                 r->error_status = 500;
                 finish(r, "error");
             } else {
-                const plumb_token tok = plumb_sample(r->sampler, plumb_batch_logits(e->ctx, out));
+                plumb_token tok;
+                if (have_picks && plumb_sampler_is_greedy(r->sampler)) plumb_sampler_accept(r->sampler, tok = picks[out]);
+                else tok = plumb_sample(r->sampler, plumb_batch_logits(e->ctx, out));
                 if (r->n_gen == 0) {
                     r->t_first = now;
                     pthread_mutex_lock(&e->mu);
@@ -261,7 +270,7 @@ static void *engine_main(void *arg) {
         }
         if (e->n_active == 0) e->last_step = 0;
     }
-    free(toks); free(pos); free(seq); free(owner); free(want);
+    free(toks); free(pos); free(seq); free(owner); free(want); free(picks);
     return NULL;
 }
 

@@ -21,6 +21,20 @@ Test(sampler, greedy_is_argmax) {
     plumb_sampler_free(s);
 }
 
+/* is_greedy says exactly when plumb_sample is the argmax of the logits given */
+Test(sampler, is_greedy_only_without_temperature_or_penalty) {
+    plumb_sampler *g = make(0, 0, 1, 0, 1.0f, 1), *pen = make(0, 0, 1, 0, 1.3f, 1), *hot = make(0.8f, 40, 0.95f, 0.05f, 1.0f, 1);
+    cr_expect(plumb_sampler_is_greedy(g));
+    cr_expect(!plumb_sampler_is_greedy(pen), "a repetition penalty changes the logits first");
+    cr_expect(!plumb_sampler_is_greedy(hot));
+    plumb_sampler_accept(pen, 1); /* token 1 penalized: 2.0 / 1.3 < 1.9, so the penalized pick differs from the argmax */
+    cr_expect_eq(plumb_sample(pen, logits), 4);
+    cr_expect_eq(plumb_sample(g, logits), plumb_argmax(logits, 8));
+    plumb_sampler_free(g);
+    plumb_sampler_free(pen);
+    plumb_sampler_free(hot);
+}
+
 Test(sampler, same_seed_same_tokens_other_seed_differs) {
     int a[64], b[64], c[64], differ = 0;
     plumb_sampler *s1 = make(1.0f, 0, 1, 0, 1, 42), *s2 = make(1.0f, 0, 1, 0, 1, 42), *s3 = make(1.0f, 0, 1, 0, 1, 43);
