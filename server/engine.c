@@ -274,7 +274,9 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa) {
+plumb_ctx *engine_ctx(engine *e) { return e->ctx; }
+
+engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa, int n_gpu_layers) {
     engine *e = calloc(1, sizeof *e);
     if (!e) { plumb_set_error("out of memory"); return NULL; }
     plumb_ctx_params cp = plumb_ctx_default_params();
@@ -283,6 +285,7 @@ engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max
     cp.n_threads = threads;
     cp.exact = exact;
     cp.numa = numa;
+    cp.n_gpu_layers = n_gpu_layers;
     e->ctx = plumb_ctx_new(m, &cp);
     e->active = calloc((size_t)parallel, sizeof(request *));
     if (!e->ctx || !e->active) { plumb_ctx_free(e->ctx); free(e->active); free(e); return NULL; }

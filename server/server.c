@@ -539,13 +539,15 @@ static void *loader(void *arg) {
             const int train = plumb_model_hparams(s->model)->n_ctx_train;
             n_ctx = s->o->parallel * (train > 0 && train < 2048 ? train : 2048);
         }
-        s->eng = engine_new(s->model, s->o->parallel, n_ctx, s->o->threads, s->o->max_queue, s->o->exact, s->o->numa);
+        s->eng = engine_new(s->model, s->o->parallel, n_ctx, s->o->threads, s->o->max_queue, s->o->exact, s->o->numa, s->o->n_gpu_layers);
     }
     if (!s->model || !s->eng) {
         snprintf(s->load_error, sizeof s->load_error, "%s", plumb_last_error());
         fprintf(stderr, "plumb serve: %s\n", s->load_error);
         return NULL;
     }
+    if (s->o->n_gpu_layers) /* asked for the GPU: say whether it is in use, and if not why */
+        fprintf(stderr, "plumb serve: %s%s\n", plumb_ctx_gpu_status(engine_ctx(s->eng)), plumb_ctx_gpu_layers(engine_ctx(s->eng)) ? "" : "; serving on the CPU");
     fprintf(stderr, "plumb serve: model %s ready in %.1f s (%d slots, context %d, chat template %s)\n", s->model_name, plumb_time_s() - t0,
             s->o->parallel, engine_n_ctx(s->eng), s->family ? s->family : "none");
     s->ready = 1;

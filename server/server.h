@@ -20,6 +20,7 @@ typedef struct {
     int max_body;             /* bytes */
     int exact;
     const char *numa;
+    int n_gpu_layers;      /* -ngl: layers on the GPU (-1 all, 0 none) */
     volatile int *stop_flag;  /* set to non-zero to shut down (signal handler) */
 } plumb_serve_opts;
 
