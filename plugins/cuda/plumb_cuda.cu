@@ -56,6 +56,7 @@ extern "C" {
 #define ACT_Q8 1       // activation formats a product can ask for
 #define ACT_F16 2
 #define GRAPH_SLOTS 32
+#define SEEN_SHAPES 64
 #define TILE_COUNTERS 65536 // output tiles a split-K product may have and still reduce in-kernel
 #define KPROF_MAX 4096  // kernels timed in one step
 #define KPROF_STATS 512 // (kernel, step size) pairs
@@ -133,6 +134,8 @@ struct handle {
     cudaStream_t stream;
     cublasHandle_t blas;
     graph_slot graphs[GRAPH_SLOTS];
+    unsigned seen[SEEN_SHAPES]; // recent step shapes (hashed) that ran without a graph: the second sighting captures one
+    int seen_next, graph_first_sighting;
     unsigned long clock;
     int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
     cudaError_t launch_err;      // first failed launch of the step
@@ -2301,6 +2304,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     size_t kv, max_rows = (size_t)(2 * d->n_ff > qkv_rows ? 2 * d->n_ff : qkv_rows);
     int dev = 0;
     h->use_graphs = !(g && !strcmp(g, "0"));
+    h->graph_first_sighting = g && !strcmp(g, "every"); /* PLUMB_CUDA_GRAPHS=every: capture a shape's graph the first time it runs */
     h->split_min_slices = 2; /* measured on the H200 against 16,1: 4609 vs 4157 tok/s at 7B batch 64 */
     h->split_blocks_per_sm = 2;
     if (getenv("PLUMB_CUDA_SPLITK") && sscanf(getenv("PLUMB_CUDA_SPLITK"), "%d,%d", &h->split_min_slices, &h->split_blocks_per_sm) != 2) {
@@ -2920,6 +2924,18 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, in
         graph_slot *s = &h->graphs[i];
         if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks && s->fused == fused) { s->stamp = ++h->clock; return s->exec; }
         if (!s->used || (victim->used && s->stamp < victim->stamp)) victim = s;
+    }
+    { /* a shape seen for the first time runs its kernels directly: a server's steps
+       * mix prompt chunks and decodes into ever new token counts, and capturing and
+       * instantiating a graph that is never replayed costs more than the launches */
+        const unsigned key = 1u + (unsigned)n * 2654435761u + (unsigned)n_out * 40503u + (unsigned)max_blocks * 97u + (unsigned)fused;
+        int seen = 0;
+        for (int i = 0; i < SEEN_SHAPES && !seen; i++) seen = h->seen[i] == key;
+        if (!seen && !h->graph_first_sighting) {
+            h->seen[h->seen_next] = key;
+            h->seen_next = (h->seen_next + 1) % SEEN_SHAPES;
+            return NULL;
+        }
     }
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
