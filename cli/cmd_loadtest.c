@@ -241,7 +241,8 @@ int cmd_loadtest(int argc, char **argv) {
                    "         [--prompt-tokens 128] [--max-tokens 128] [--chat] [--api-key K] [-o PREFIX]\n"
                    "  Streams every request (closed loop: each level keeps N requests in flight), asks for\n"
                    "  exactly max-tokens (ignore_eos), and reports throughput, TTFT, TPOT, inter-token and\n"
-                   "  end-to-end latency percentiles per level, the knee, a JSON + Markdown record and an SVG curve.\n");
+                   "  end-to-end latency percentiles per level, the knee, a JSON + Markdown record and an SVG curve.\n"
+                   "  --prompt-tokens counts the server's tokens: a probe request calibrates the prompt's words.\n");
             return 0;
         } else if (!strcmp(a, "--url")) rc = cli_str(argc, argv, &i, &url);
         else if (!strcmp(a, "--model")) rc = cli_str(argc, argv, &i, &model);
@@ -271,13 +272,27 @@ int cmd_loadtest(int argc, char **argv) {
     level_result lv[32];
     char date[32];
     plumb_now_iso8601(date, sizeof date);
-    printf("plumb loadtest — %s — %s, model %s, %d requests per level, ~%d prompt tokens, %d output tokens\n\n", date, endpoint, model, n_req, prompt_tokens,
+    /* --prompt-tokens counts the server's tokens: one probe request says how many
+     * this prompt of words makes, and the words are scaled to the asked count */
+    int prompt_words = prompt_tokens;
+    long probe_tokens = -1;
+    for (int round = 0; round < 2; round++) {
+        level_result probe;
+        run_level(endpoint, api_key, model, chat, 1, 1, prompt_words, 1, &probe);
+        probe_tokens = probe.prompt_max;
+        if (probe.ok < 1 || probe_tokens <= 0 || probe_tokens == prompt_tokens) break;
+        const long scaled = ((long)prompt_words * prompt_tokens + probe_tokens / 2) / probe_tokens;
+        if (scaled == prompt_words || scaled < 1) break;
+        prompt_words = (int)scaled;
+    }
+    printf("plumb loadtest — %s — %s, model %s, %d requests per level, %d prompt words (%s%ld tokens on this server), %d output tokens\n\n", date, endpoint,
+           model, n_req, prompt_words, probe_tokens > 0 ? "" : "server gave no count; asked ", probe_tokens > 0 ? probe_tokens : (long)prompt_tokens,
            max_tokens);
     printf("| concurrency | ok | failed | req/s | output tok/s | TTFT ms p50/p90/p99 | TPOT ms p50/p90/p99 | ITL ms p50/p99 | latency ms p50/p90/p99 |\n");
     printf("|---:|---:|---:|---:|---:|---|---|---|---|\n");
     int any_ok = 0;
     for (int i = 0; i < n_levels; i++) {
-        run_level(endpoint, api_key, model, chat, levels[i], n_req, prompt_tokens, max_tokens, &lv[i]);
+        run_level(endpoint, api_key, model, chat, levels[i], n_req, prompt_words, max_tokens, &lv[i]);
         level_result *r = &lv[i];
         any_ok |= r->ok > 0;
         printf("| %d | %d | %d | %.2f | %.1f | %.0f/%.0f/%.0f | %.1f/%.1f/%.1f | %.1f/%.1f | %.0f/%.0f/%.0f |\n", r->concurrency, r->ok, r->failed, r->req_per_s,
@@ -299,7 +314,7 @@ int cmd_loadtest(int argc, char **argv) {
     }
     if (out_prefix) {
         json_t *root = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:b}", "date", date, "plumb_version", plumb_version(), "endpoint", endpoint, "model", model,
-                                 "requests_per_level", n_req, "prompt_words", prompt_tokens, "max_output_tokens", max_tokens, "chat", chat);
+                                 "requests_per_level", n_req, "prompt_words", prompt_words, "max_output_tokens", max_tokens, "chat", chat);
         plumb_sysinfo si;
         plumb_sysinfo_get(&si);
         json_object_set_new(root, "client_machine", json_pack("{s:s,s:i}", "cpu", si.cpu, "cores", si.cores));
