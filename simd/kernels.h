@@ -95,6 +95,8 @@ int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *ctx, void
 void plumb_matrix_free_mirrors(plumb_matrix *W);
 /* Which copy the calling thread reads (set once per OpenMP thread). */
 void plumb_matmul_set_thread_copy(int copy);
+/* single-token row loops: work stealing between threads (1, the default) or the static split (0) */
+void plumb_matmul_set_row_steal(int on);
 
 /* Several matrices applied to the same input (q/k/v, gate/up): y[i] = x W[i]^T.
  * For a single token over repacked weights this is one parallel loop over

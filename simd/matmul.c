@@ -203,6 +203,92 @@ static inline const uint8_t *packed_for_thread(const plumb_matrix *W) {
     return (const uint8_t *)(W->n_mirror > 1 && thread_copy < W->n_mirror ? W->mirror[thread_copy] : W->packed);
 }
 
+/* Single-token row loops with work stealing. A decode step is ~100 parallel
+ * loops of 50-500 us each; with a static split, whichever thread its core's
+ * neighbours slow down (a shared host) finishes last and the other waits in
+ * the barrier. Here each thread still streams its own contiguous share of
+ * the items from the front (so the hardware prefetchers see one long run),
+ * and a thread that runs out takes chunks from the back of another's share.
+ * A share is one 64-bit word, next item in the low half and end in the high
+ * half, changed by compare-and-swap: owner and thief never take the same
+ * chunk. PLUMB_ROW_STEAL=0 gives the static split back (measurements). */
+typedef struct {
+    _Alignas(64) uint64_t span; /* next | end << 32 */
+} share;
+
+static int steal_on = -1; /* -1: not yet read from the environment */
+void plumb_matmul_set_row_steal(int on) { steal_on = on != 0; }
+static int steal_enabled(void) {
+    if (steal_on < 0) {
+        const char *e = getenv("PLUMB_ROW_STEAL");
+        steal_on = !(e && !strcmp(e, "0"));
+    }
+    return steal_on;
+}
+
+/* takes up to chunk items from the front (own share) or the back (another's): first item, or -1 when empty */
+static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
+    uint64_t cur = __atomic_load_n(&s->span, __ATOMIC_RELAXED);
+    for (;;) {
+        const uint64_t next = cur & 0xFFFFFFFFu, end = cur >> 32;
+        if (next >= end) return -1;
+        const uint64_t n = end - next < (uint64_t)chunk ? end - next : (uint64_t)chunk;
+        const uint64_t want = from_back ? next | (end - n) << 32 : (next + n) | end << 32;
+        if (__atomic_compare_exchange_n(&s->span, &cur, want, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            *count = (int64_t)n;
+            return (int64_t)(from_back ? end - n : next);
+        }
+    }
+}
+
+/* body(first, count, ctx) over items [0, n), from inside the caller's thread team or alone */
+static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
+    const int T = omp_get_max_threads();
+    if (T <= 1 || n < 2 * T || n > 0xFFFFFFFFLL || !steal_enabled()) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) body(i, 1, ctx);
+        return;
+    }
+    share shares[T];
+#pragma omp parallel num_threads(T)
+    {
+        const int me = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t lo = n * me / nt, hi = n * (me + 1) / nt, chunk = (hi - lo) / 16 > 1 ? (hi - lo) / 16 : 1;
+        __atomic_store_n(&shares[me].span, (uint64_t)lo | (uint64_t)hi << 32, __ATOMIC_RELAXED);
+#pragma omp barrier
+        int64_t first, count;
+        while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
+        for (int k = 1; k < nt; k++) /* then the others' leftovers, from their ends */
+            while ((first = take(&shares[(me + k) % nt], chunk, 1, &count)) >= 0) body(first, count, ctx);
+    }
+}
+
+/* the three single-token loops over 8-row groups of repacked weights */
+typedef struct {
+    plumb_dot8_fn dot8;
+    const plumb_matrix *const *W; /* nw matrices of the same width, their groups one after another */
+    int nw;
+    int64_t first[5];             /* first group of each matrix */
+    const void *act;
+    float *const *y;
+} dot8_job;
+
+static void dot8_items(int64_t first, int64_t count, void *ctx) {
+    const dot8_job *j = ctx;
+    int i = 0;
+    for (int64_t g = first; g < first + count; g++) {
+        while (g >= j->first[i + 1]) i++;
+        const int64_t gi = g - j->first[i];
+        j->dot8((int)j->W[i]->cols, packed_for_thread(j->W[i]) + (size_t)gi * 8 * j->W[i]->row_bytes, j->act, j->y[i] + 8 * gi);
+    }
+}
+
+static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
+    dot8_job j = {.dot8 = dot8, .W = W, .nw = nw, .act = act, .y = y};
+    for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
+    for_items(j.first[nw], dot8_items, &j);
+}
+
 int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *ctx, void *addr, size_t len, int copy), void *ctx) {
     if (!W->packed || W->n_mirror || copies < 2) return 0;
     if (copies > PLUMB_MAX_MIRRORS) copies = PLUMB_MAX_MIRRORS;
@@ -278,10 +364,14 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             }
             return;
         }
+        if (n_tok == 1) {
+            dot8_groups(dot8, &W, 1, act_buf, &y);
+            return;
+        }
 #pragma omp parallel for schedule(static)
         for (int64_t g = 0; g < rows / 8; g++) {
             const uint8_t *wg = packed_for_thread(W) + (size_t)g * group_bytes;
-            if (n_tok == 1 || !gemm8) {
+            if (!gemm8) {
                 for (int t = 0; t < n_tok; t++) {
                     float out[8];
                     dot8((int)cols, wg, (uint8_t *)act_buf + (size_t)t * act_row, out);
@@ -388,20 +478,28 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
         return;
     }
     quantize_act(k, W[0]->type, x, act_buf, W[0]->cols);
-    const plumb_dot8_fn dot8 = k->dot8[W[0]->type];
-    int64_t first[5] = {0};
-    for (int i = 0; i < nw; i++) first[i + 1] = first[i] + W[i]->rows / 8;
-#pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < first[nw]; g++) {
-        int i = 0;
-        while (g >= first[i + 1]) i++;
-        const int64_t gi = g - first[i];
-        const uint8_t *wg = packed_for_thread(W[i]) + (size_t)gi * 8 * W[i]->row_bytes;
-        dot8((int)W[i]->cols, wg, act_buf, y[i] + 8 * gi);
-    }
+    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+typedef struct {
+    plumb_dot8_fn dot8;
+    const plumb_matrix *gate, *up;
+    const void *act;
+    float *out;
+} swiglu_job;
+
+static void swiglu_items(int64_t first, int64_t count, void *ctx) {
+    const swiglu_job *j = ctx;
+    const size_t group_bytes = 8 * j->gate->row_bytes;
+    for (int64_t g = first; g < first + count; g++) {
+        float g8[8], u8[8];
+        j->dot8((int)j->gate->cols, packed_for_thread(j->gate) + (size_t)g * group_bytes, j->act, g8);
+        j->dot8((int)j->up->cols, packed_for_thread(j->up) + (size_t)g * group_bytes, j->act, u8);
+        for (int i = 0; i < 8; i++) j->out[8 * g + i] = silu(g8[i]) * u8[i];
+    }
+}
 
 /* For one token over repacked weights, each iteration takes the same 8-row
  * group of gate and up and writes its 8 outputs, so the SwiGLU is spread
@@ -423,13 +521,6 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
         return;
     }
     quantize_act(k, gate->type, x, act_buf, gate->cols);
-    const plumb_dot8_fn dot8 = k->dot8[gate->type];
-    const size_t group_bytes = 8 * gate->row_bytes;
-#pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < ff / 8; g++) {
-        float g8[8], u8[8];
-        dot8((int)gate->cols, packed_for_thread(gate) + (size_t)g * group_bytes, act_buf, g8);
-        dot8((int)up->cols, packed_for_thread(up) + (size_t)g * group_bytes, act_buf, u8);
-        for (int i = 0; i < 8; i++) out[8 * g + i] = silu(g8[i]) * u8[i];
-    }
+    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out};
+    for_items(ff / 8, swiglu_items, &j);
 }

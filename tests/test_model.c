@@ -6,6 +6,7 @@
 #include "../include/plumb.h"
 #include "../models/convert.h"
 #include "../quant/quant.h"
+#include "../simd/kernels.h"
 #include "helpers.h"
 
 /* Greedy generation: returns the number of tokens generated into ids and
@@ -271,66 +272,86 @@ Test(model, batched_sequences_match_single) {
     plumb_model_free(m);
 }
 
+/* A synthetic two-layer model (loaded fresh, so repacking and NUMA copies
+ * are redone) under the context cp makes: logits after a 6-token prompt
+ * chunk ([0]) and after two single-token decode steps ([1]). */
+static void prompt_and_decode(const char *path, const plumb_ctx_params *cp, float out[2][600]) {
+    const int prompt[6] = {1, 300, 301, 302, 17, 5}, next[2] = {40, 41};
+    plumb_model *m = plumb_model_load(path);
+    cr_assert_not_null(m, "%s", plumb_last_error());
+    plumb_ctx *c = plumb_ctx_new(m, cp);
+    cr_assert_not_null(c, "%s", plumb_last_error());
+    cr_assert_eq(plumb_eval(c, prompt, 6, 0), 0, "%s", plumb_last_error());
+    memcpy(out[0], plumb_get_logits(c), sizeof out[0]);
+    for (int i = 0; i < 2; i++) cr_assert_eq(plumb_eval(c, &next[i], 1, 6 + i), 0, "%s", plumb_last_error());
+    memcpy(out[1], plumb_get_logits(c), sizeof out[1]);
+    plumb_ctx_free(c);
+    plumb_model_free(m);
+}
+
+static const char *synthetic_600(const char *file, uint32_t type, int n_head, int n_head_kv, uint64_t seed) {
+    plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = n_head, .n_head_kv = n_head_kv, .n_ff = 512,
+                                       .n_vocab = 600, .n_ctx = 128, .rope_freq_base = 10000.f, .arch = "llama"},
+                             .type = type, .seed = seed};
+    const char *out = tmp_path(file);
+    cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s", plumb_last_error());
+    return out;
+}
+
+static void expect_same_logits(float got[2][600], float ref[2][600], const char *what) {
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 600; v++)
+            cr_assert_eq(got[k][v], ref[k][v], "%s logit %d: %g %s vs %g", k ? "decode" : "prompt", v, got[k][v], what, ref[k][v]);
+}
+
 /* --numa mirror: with copies forced on this one-node machine, each thread
  * reads its own copy of every repacked matrix (thread i copy i % 2), and
  * the logits are those of the unmirrored model, bit for bit. */
 Test(model, numa_mirror_copies_give_the_same_logits) {
-    plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = 4, .n_head_kv = 2, .n_ff = 512,
-                                       .n_vocab = 600, .n_ctx = 128, .rope_freq_base = 10000.f, .arch = "llama"},
-                             .type = PLUMB_TYPE_Q4_0, .seed = 9};
-    const char *out = tmp_path("mirror.gguf");
-    cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s", plumb_last_error());
-    float ref[600], got[600];
-    const int toks[5] = {1, 300, 301, 302, 17};
-    for (int pass = 0; pass < 2; pass++) {
-        plumb_model *m = plumb_model_load(out);
-        cr_assert_not_null(m, "%s", plumb_last_error());
-        plumb_ctx_params cp = plumb_ctx_default_params();
-        cp.n_threads = 2;
-        if (pass) {
-            setenv("PLUMB_NUMA_MIRROR_COPIES", "2", 1);
-            cp.numa = "mirror";
-        }
-        plumb_ctx *c = plumb_ctx_new(m, &cp);
-        cr_assert_not_null(c, "%s", plumb_last_error());
-        for (int i = 0; i < 5; i++) cr_assert_eq(plumb_eval(c, &toks[i], 1, i), 0, "%s", plumb_last_error()); /* single-token products */
-        memcpy(pass ? got : ref, plumb_get_logits(c), sizeof ref);
-        plumb_ctx_free(c);
-        plumb_model_free(m);
-        unsetenv("PLUMB_NUMA_MIRROR_COPIES");
-    }
-    for (int v = 0; v < 600; v++) cr_assert_eq(got[v], ref[v], "logit %d: %g mirrored vs %g", v, got[v], ref[v]);
-    remove(out);
+    const char *path = synthetic_600("mirror.gguf", PLUMB_TYPE_Q4_0, 4, 2, 9);
+    float ref[2][600], got[2][600];
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_threads = 2;
+    prompt_and_decode(path, &cp, ref);
+    setenv("PLUMB_NUMA_MIRROR_COPIES", "2", 1);
+    cp.numa = "mirror";
+    prompt_and_decode(path, &cp, got);
+    unsetenv("PLUMB_NUMA_MIRROR_COPIES");
+    expect_same_logits(got, ref, "mirrored");
+    remove(path);
 }
 
 /* The KV cache split by head into node parts (as --numa distribute lays it
  * out on a multi-node machine), planned here on a synthetic two-node
  * topology: the same logits, bit for bit, for prompt chunks and decode. */
 Test(model, numa_split_kv_cache_gives_the_same_logits) {
-    plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = 8, .n_head_kv = 4, .n_ff = 512,
-                                       .n_vocab = 600, .n_ctx = 128, .rope_freq_base = 10000.f, .arch = "llama"},
-                             .type = PLUMB_TYPE_Q4_K, .seed = 5};
-    const char *out = tmp_path("kvsplit.gguf");
-    cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s", plumb_last_error());
+    const char *path = synthetic_600("kvsplit.gguf", PLUMB_TYPE_Q4_K, 8, 4, 5);
     float ref[2][600], got[2][600];
-    const int prompt[6] = {1, 300, 301, 302, 17, 5}, next[2] = {40, 41};
-    for (int pass = 0; pass < 2; pass++) {
-        plumb_model *m = plumb_model_load(out);
-        cr_assert_not_null(m, "%s", plumb_last_error());
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_threads = 2;
+    prompt_and_decode(path, &cp, ref);
+    setenv("PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", 1);
+    prompt_and_decode(path, &cp, got);
+    unsetenv("PLUMB_KV_SPLIT");
+    expect_same_logits(got, ref, "split");
+    remove(path);
+}
+
+/* Single-token products with threads stealing each other's rows give the
+ * static split's logits bit for bit: every 8-row group is computed once, by
+ * the same kernel, whichever thread takes it. 7 threads (uneven shares) on
+ * this 2-core machine: some are descheduled mid-loop and the others steal. */
+Test(model, row_stealing_gives_the_same_logits) {
+    float ref[2][600], got[2][600];
+    for (int t = 0; t < 2; t++) {
+        const char *path = synthetic_600("steal.gguf", t ? PLUMB_TYPE_Q4_K : PLUMB_TYPE_Q4_0, 8, 4, 11);
         plumb_ctx_params cp = plumb_ctx_default_params();
-        cp.n_threads = 2;
-        if (pass) setenv("PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", 1);
-        plumb_ctx *c = plumb_ctx_new(m, &cp);
-        unsetenv("PLUMB_KV_SPLIT");
-        cr_assert_not_null(c, "%s", plumb_last_error());
-        cr_assert_eq(plumb_eval(c, prompt, 6, 0), 0, "%s", plumb_last_error()); /* a prompt chunk */
-        memcpy(pass ? got[0] : ref[0], plumb_get_logits(c), sizeof ref[0]);
-        for (int i = 0; i < 2; i++) cr_assert_eq(plumb_eval(c, &next[i], 1, 6 + i), 0, "%s", plumb_last_error()); /* decode steps */
-        memcpy(pass ? got[1] : ref[1], plumb_get_logits(c), sizeof ref[1]);
-        plumb_ctx_free(c);
-        plumb_model_free(m);
+        cp.n_threads = 7;
+        plumb_matmul_set_row_steal(0);
+        prompt_and_decode(path, &cp, ref);
+        plumb_matmul_set_row_steal(1);
+        prompt_and_decode(path, &cp, got);
+        expect_same_logits(got, ref, t ? "Q4_K stealing" : "Q4_0 stealing");
+        remove(path);
     }
-    for (int k = 0; k < 2; k++)
-        for (int v = 0; v < 600; v++) cr_assert_eq(got[k][v], ref[k][v], "%s logit %d: %g split vs %g", k ? "decode" : "prompt", v, got[k][v], ref[k][v]);
-    remove(out);
 }
