@@ -18,6 +18,9 @@ static const char *serve_help =
     "  -c N                KV cache positions shared by all sequences (default parallel x 2048)\n"
     "  -t N                threads   --numa off|distribute|isolate|mirror  NUMA placement\n"
     "  -ngl N|all          run the last N layers (all: the whole model) on the GPU through the CUDA plugin\n"
+    "  --step-tokens N     most tokens one scheduler step runs, prompt chunks and one per decoding sequence\n"
+    "                      (default 256, at least --parallel): smaller keeps tokens flowing to streams while\n"
+    "                      prompts arrive, larger finishes prompts sooner\n"
     "  --queue N           waiting requests before answering 503 (default 64)\n"
     "  --api-key KEY       require Authorization: Bearer KEY (401 otherwise)\n"
     "  --rate-limit R      requests per second allowed (429 above; default off)\n"
@@ -48,6 +51,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--exact")) o.exact = 1;
         else if (!strcmp(a, "--numa")) rc = cli_str(argc, argv, &i, &o.numa);
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) rc = cli_gpu_layers(argc, argv, &i, &o.n_gpu_layers);
+        else if (!strcmp(a, "--step-tokens")) rc = cli_int(argc, argv, &i, 1, 1 << 16, &o.step_tokens);
         else return cli_fail("serve", "unknown option '%s' (plumb serve --help)", a);
         if (rc) return 2;
     }

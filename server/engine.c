@@ -7,12 +7,13 @@
 
 #include "../core/util.h"
 
-#define STEP_TOKENS 256 /* most tokens run in one step (prompt chunks + decodes) */
+#define STEP_TOKENS 256 /* default for the most tokens one step runs (prompt chunks + decodes) */
 
 struct engine {
     plumb_model *model;
     plumb_ctx *ctx;
     int parallel, max_queue, n_ctx, free_reserve; /* blocks not yet reserved */
+    int step_tokens;                              /* most tokens a step runs: every decoding sequence's one, then prompt chunks */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -131,10 +132,11 @@ static void retire(engine *e, int i) {
 static void *engine_main(void *arg) {
     engine *e = arg;
     const plumb_model *m = e->model;
-    plumb_token *toks = malloc(sizeof(plumb_token) * STEP_TOKENS);
-    int *pos = malloc(sizeof(int) * STEP_TOKENS), *seq = malloc(sizeof(int) * STEP_TOKENS), *owner = malloc(sizeof(int) * STEP_TOKENS);
-    int8_t *want = malloc(STEP_TOKENS);
-    int *picks = malloc(sizeof(int) * STEP_TOKENS); /* greedy picks of the step's logit rows, when some request wants them */
+    const int ST = e->step_tokens;
+    plumb_token *toks = malloc(sizeof(plumb_token) * ST);
+    int *pos = malloc(sizeof(int) * ST), *seq = malloc(sizeof(int) * ST), *owner = malloc(sizeof(int) * ST);
+    int8_t *want = malloc(ST);
+    int *picks = malloc(sizeof(int) * ST); /* greedy picks of the step's logit rows, when some request wants them */
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->queue_head && e->n_active == 0) pthread_cond_wait(&e->cv, &e->mu);
@@ -169,29 +171,32 @@ static void *engine_main(void *arg) {
             if (gone) retire(e, i);
             else i++;
         }
-        /* one step: every active sequence's next token, prompts in chunks */
+        /* one step: first every decoding sequence's next token (ST >= parallel:
+         * they all fit), then prompts in chunks with what is left of the budget */
         int n = 0;
-        for (int i = 0; i < e->n_active && n < STEP_TOKENS; i++) {
+        for (int i = 0; i < e->n_active; i++) {
             request *r = e->active[i];
-            if (r->n_done_prompt < r->n_prompt) {
-                int take = r->n_prompt - r->n_done_prompt;
-                if (take > STEP_TOKENS - n) take = STEP_TOKENS - n;
-                for (int k = 0; k < take; k++, n++) {
-                    toks[n] = r->prompt[r->n_done_prompt + k];
-                    pos[n] = r->n_done_prompt + k;
-                    seq[n] = r->seq;
-                    owner[n] = i;
-                    want[n] = r->n_done_prompt + k == r->n_prompt - 1;
-                }
-                r->n_done_prompt += take;
-            } else {
-                toks[n] = r->last;
-                pos[n] = r->n_prompt + r->n_gen - 1;
+            if (r->n_done_prompt < r->n_prompt) continue;
+            toks[n] = r->last;
+            pos[n] = r->n_prompt + r->n_gen - 1;
+            seq[n] = r->seq;
+            owner[n] = i;
+            want[n] = 1;
+            n++;
+        }
+        for (int i = 0; i < e->n_active && n < ST; i++) {
+            request *r = e->active[i];
+            if (r->n_done_prompt >= r->n_prompt) continue;
+            int take = r->n_prompt - r->n_done_prompt;
+            if (take > ST - n) take = ST - n;
+            for (int k = 0; k < take; k++, n++) {
+                toks[n] = r->prompt[r->n_done_prompt + k];
+                pos[n] = r->n_done_prompt + k;
                 seq[n] = r->seq;
                 owner[n] = i;
-                want[n] = 1;
-                n++;
+                want[n] = r->n_done_prompt + k == r->n_prompt - 1;
             }
+            r->n_done_prompt += take;
         }
         if (n == 0) continue;
         plumb_batch b = {n, toks, pos, seq, want};
@@ -276,7 +281,7 @@ static void *engine_main(void *arg) {
 
 plumb_ctx *engine_ctx(engine *e) { return e->ctx; }
 
-engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa, int n_gpu_layers) {
+engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa, int n_gpu_layers, int step_tokens) {
     engine *e = calloc(1, sizeof *e);
     if (!e) { plumb_set_error("out of memory"); return NULL; }
     plumb_ctx_params cp = plumb_ctx_default_params();
@@ -291,6 +296,8 @@ engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max
     if (!e->ctx || !e->active) { plumb_ctx_free(e->ctx); free(e->active); free(e); return NULL; }
     e->model = m;
     e->parallel = parallel;
+    e->step_tokens = step_tokens > 0 ? step_tokens : STEP_TOKENS;
+    if (e->step_tokens < parallel) e->step_tokens = parallel; /* every decoding sequence fits in a step */
     e->max_queue = max_queue;
     e->n_ctx = plumb_ctx_n_ctx(e->ctx);
     e->free_reserve = plumb_kv_free_positions(e->ctx) / 16;

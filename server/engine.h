@@ -56,7 +56,8 @@ typedef struct {
 
 typedef struct engine engine;
 
-engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa, int n_gpu_layers);
+engine *engine_new(plumb_model *m, int parallel, int n_ctx, int threads, int max_queue, int exact, const char *numa, int n_gpu_layers,
+                   int step_tokens);
 plumb_ctx *engine_ctx(engine *e);
 /* Stops the scheduler and fails every pending request (503), so waiting
  * handlers return; later submissions are refused. engine_free after the

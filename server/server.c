@@ -539,7 +539,7 @@ static void *loader(void *arg) {
             const int train = plumb_model_hparams(s->model)->n_ctx_train;
             n_ctx = s->o->parallel * (train > 0 && train < 2048 ? train : 2048);
         }
-        s->eng = engine_new(s->model, s->o->parallel, n_ctx, s->o->threads, s->o->max_queue, s->o->exact, s->o->numa, s->o->n_gpu_layers);
+        s->eng = engine_new(s->model, s->o->parallel, n_ctx, s->o->threads, s->o->max_queue, s->o->exact, s->o->numa, s->o->n_gpu_layers, s->o->step_tokens);
     }
     if (!s->model || !s->eng) {
         snprintf(s->load_error, sizeof s->load_error, "%s", plumb_last_error());

@@ -21,6 +21,7 @@ typedef struct {
     int exact;
     const char *numa;
     int n_gpu_layers;      /* -ngl: layers on the GPU (-1 all, 0 none) */
+    int step_tokens;       /* --step-tokens: most tokens a scheduler step runs (0: 256) */
     volatile int *stop_flag;  /* set to non-zero to shut down (signal handler) */
 } plumb_serve_opts;
 

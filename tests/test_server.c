@@ -269,3 +269,35 @@ Test(server_auth, api_key_and_rate_limit) {
     cr_expect(strstr(r, "rate_limit_exceeded") != NULL, "%s", r);
     free(r);
 }
+
+/* --step-tokens 4 with 4 slots: each step is the decoding sequences' tokens
+ * and then at most what is left of 4 for prompts, so a 5-token prompt takes
+ * several steps beside other requests' decodes; the greedy text is still
+ * the reference, alone and with five other requests in flight. */
+static void setup_small_steps(void) { curl_global_init(CURL_GLOBAL_DEFAULT); start_server("--step-tokens 4"); }
+TestSuite(server_small_steps, .init = setup_small_steps, .fini = stop_server, .timeout = 120);
+
+Test(server_small_steps, prompts_in_chunks_between_decodes) {
+    REQUIRE_SHARED(shared_file("models/stories260K.gguf"));
+    char *ref = slurp(shared_file("reference/stories260K.greedy.once-upon-a-time.txt"), NULL);
+    cr_assert_not_null(ref);
+    const char *prompts[6] = {"Once upon a time", "The dog", "Lily and Tom went", "One day", "The sun was", "A little bird"};
+    par_job par[6];
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++) {
+        par[i] = (par_job){prompts[i], NULL};
+        pthread_create(&th[i], NULL, par_run, &par[i]);
+    }
+    for (int i = 0; i < 6; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 6; i++) cr_assert_not_null(par[i].text, "request %d failed", i);
+    cr_expect(strncmp(ref + strlen("Once upon a time"), par[0].text, strlen(par[0].text)) == 0, "greedy text: %s", par[0].text);
+    for (int i = 1; i < 6; i++) { /* each as it reads alone */
+        par_job one = {prompts[i], NULL};
+        par_run(&one);
+        cr_assert_not_null(one.text);
+        cr_expect_str_eq(par[i].text, one.text, "prompt %d differs when chunked beside others", i);
+        free(one.text);
+    }
+    for (int i = 0; i < 6; i++) free(par[i].text);
+    free(ref);
+}
