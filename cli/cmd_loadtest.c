@@ -272,20 +272,21 @@ int cmd_loadtest(int argc, char **argv) {
     level_result lv[32];
     char date[32];
     plumb_now_iso8601(date, sizeof date);
-    /* --prompt-tokens counts the server's tokens: one probe request says how many
-     * this prompt of words makes, and the words are scaled to the asked count */
+    /* --prompt-tokens counts the server's tokens: probe requests (the first
+     * prompts the levels send: their words differ, so do their token counts)
+     * say how many the words make, and the words are scaled to the asked count */
     int prompt_words = prompt_tokens;
     long probe_tokens = -1;
     for (int round = 0; round < 2; round++) {
         level_result probe;
-        run_level(endpoint, api_key, model, chat, 1, 1, prompt_words, 1, &probe);
-        probe_tokens = probe.prompt_max;
-        if (probe.ok < 1 || probe_tokens <= 0 || probe_tokens == prompt_tokens) break;
+        run_level(endpoint, api_key, model, chat, 1, 4, prompt_words, 1, &probe);
+        probe_tokens = probe.ok > 0 && probe.prompt_min > 0 ? (probe.prompt_min + probe.prompt_max + 1) / 2 : -1;
+        if (probe_tokens <= 0 || probe_tokens == prompt_tokens) break;
         const long scaled = ((long)prompt_words * prompt_tokens + probe_tokens / 2) / probe_tokens;
         if (scaled == prompt_words || scaled < 1) break;
         prompt_words = (int)scaled;
     }
-    printf("plumb loadtest — %s — %s, model %s, %d requests per level, %d prompt words (%s%ld tokens on this server), %d output tokens\n\n", date, endpoint,
+    printf("plumb loadtest — %s — %s, model %s, %d requests per level, %d prompt words (%s%ld tokens on this server, middle of the probes' range), %d output tokens\n\n", date, endpoint,
            model, n_req, prompt_words, probe_tokens > 0 ? "" : "server gave no count; asked ", probe_tokens > 0 ? probe_tokens : (long)prompt_tokens,
            max_tokens);
     printf("| concurrency | ok | failed | req/s | output tok/s | TTFT ms p50/p90/p99 | TPOT ms p50/p90/p99 | ITL ms p50/p99 | latency ms p50/p90/p99 |\n");

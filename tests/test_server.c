@@ -250,6 +250,44 @@ Test(server, client_disconnect_frees_its_slot) {
     cr_expect_fail("abandoned streams still hold slots");
 }
 
+/* plumb loadtest against this server: every request of both levels
+ * succeeds, the prompt is calibrated to the asked token count (the words
+ * make more tokens than words in this vocabulary), each request yields
+ * exactly max-tokens, and the JSON record says so; a dead port fails. */
+Test(server, loadtest_calibrates_prompt_and_records) {
+    REQUIRE_SHARED(shared_file("models/stories260K.gguf"));
+    const char *bin = getenv("PLUMB_BIN") ? getenv("PLUMB_BIN") : "./plumb";
+    const char *prefix = tmp_path("lt");
+    char cmd[1024], path[600];
+    snprintf(cmd, sizeof cmd, "%s loadtest --url http://127.0.0.1:%d/v1 --model stories260K --concurrency 1,2 --requests 4 --prompt-tokens 24 "
+             "--max-tokens 5 -o %s > %s 2>&1", bin, port, prefix, tmp_path("lt.out"));
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s.json", prefix);
+    json_error_t je;
+    json_t *rec = json_load_file(path, 0, &je);
+    cr_assert_not_null(rec, "%s: %s", path, je.text);
+    json_t *levels = json_object_get(rec, "levels");
+    cr_assert_eq(json_array_size(levels), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *l = json_array_get(levels, i);
+        cr_expect_eq(json_integer_value(json_object_get(l, "succeeded")), 4);
+        cr_expect_eq(json_integer_value(json_object_get(l, "failed")), 0);
+        cr_expect_eq(json_integer_value(json_object_get(l, "generated_tokens")), 4 * 5);
+        json_t *range = json_object_get(l, "input_token_range");
+        const long lo = (long)json_integer_value(json_array_get(range, 0)), hi = (long)json_integer_value(json_array_get(range, 1));
+        cr_expect(lo > 0 && abs((int)(lo + hi) / 2 - 24) <= 3 && hi - lo <= 12, "prompt tokens %ld..%ld, asked 24", lo, hi);
+    }
+    cr_expect_lt(json_integer_value(json_object_get(rec, "prompt_words")), 24, "the words were scaled down");
+    json_decref(rec);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s.%s", prefix, i == 0 ? "json" : i == 1 ? "md" : "svg");
+        remove(path);
+    }
+    remove(tmp_path("lt.out"));
+    snprintf(cmd, sizeof cmd, "%s loadtest --url http://127.0.0.1:1/v1 --model x --concurrency 1 --requests 1 --max-tokens 2 > /dev/null 2>&1", bin);
+    cr_expect_neq(system(cmd), 0, "a server that is not there must fail the run");
+}
+
 static void setup_auth(void) { curl_global_init(CURL_GLOBAL_DEFAULT); start_server("--api-key sekret --rate-limit 1"); }
 TestSuite(server_auth, .init = setup_auth, .fini = stop_server, .timeout = 60);
 
