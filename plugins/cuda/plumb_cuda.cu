@@ -1889,6 +1889,23 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
 
 static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
 
+// The rows of srcs[0..n), stacked, split block by block: each block of
+// block_bytes gives its first head_bytes to heads (head_row bytes a row) and
+// the rest to quants (packed, nb blocks a row).
+static void split_blocks(const plumb_backend_tensor *const *srcs, int n, size_t nb, size_t block_bytes, size_t head_bytes, uint8_t *heads,
+                         size_t head_row, uint8_t *quants) {
+    const size_t qb = block_bytes - head_bytes, qrow = nb * qb;
+    size_t r = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
+            const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
+            for (size_t b = 0; b < nb; b++) {
+                memcpy(heads + r * head_row + b * head_bytes, src + b * block_bytes, head_bytes);
+                memcpy(quants + r * qrow + b * qb, src + b * block_bytes + head_bytes, qb);
+            }
+        }
+}
+
 // Uploads the matrices srcs[0..n) stacked by rows into one device matrix
 // (same type and width), splitting quant blocks into quants and scales.
 static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n, dmat *dst, char *err, size_t err_len) {
@@ -1911,15 +1928,7 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
         int rc = -1;
         if (!hq || !hh) snprintf(err, err_len, "out of host memory repacking weights");
         else {
-            int r = 0;
-            for (int i = 0; i < n; i++)
-                for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
-                    const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
-                    for (size_t b = 0; b < nsb; b++) {
-                        memcpy(hh + (r * nsb + b) * 16, src + b * 144, 16);
-                        memcpy(hq + r * qrow + b * 128, src + b * 144 + 16, 128);
-                    }
-                }
+            split_blocks(srcs, n, nsb, 144, 16, hh, nsb * 16, hq);
             rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
                  to_device(h, (void **)&dst->kh, hh, nsb * 16 * rows, err, err_len, "weight scales") ? -1 : 0;
         }
@@ -1935,15 +1944,7 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
         int rc = -1;
         if (!hq || !hd) snprintf(err, err_len, "out of host memory repacking weights");
         else {
-            int r = 0;
-            for (int i = 0; i < n; i++)
-                for (int64_t rr = 0; rr < srcs[i]->rows; rr++, r++) {
-                    const uint8_t *src = (const uint8_t *)srcs[i]->data + (size_t)rr * srcs[i]->row_bytes;
-                    for (size_t b = 0; b < nb; b++) {
-                        memcpy(&hd[r * ds + b], src + b * brow, 2);
-                        memcpy(hq + r * qrow + b * (brow - 2), src + b * brow + 2, brow - 2);
-                    }
-                }
+            split_blocks(srcs, n, nb, brow, 2, (uint8_t *)hd, ds * 2, hq);
             rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
                  to_device(h, (void **)&dst->d, hd, ds * rows * 2, err, err_len, "weight scales") ? -1 : 0;
         }
