@@ -134,7 +134,7 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
         if (step_report && n_steps) /* where a decode step's wall time goes, outside any backend's own timers */
             fprintf(stderr, "bench: batch %d: %ld decode steps, per step ms: plumb_decode %.3f, greedy picks %.3f, rest %.3f; picks differing from the host's argmax: %ld of %ld\n",
                     B, n_steps, 1e3 * in_decode_s / n_steps, 1e3 * in_pick_s / n_steps,
-                    plumb_stats_of(itl, n_itl).mean - 1e3 * (in_decode_s + in_pick_s) / n_steps, picks_differ, n_picks);
+                    out->itl_ms.mean - 1e3 * (in_decode_s + in_pick_s) / n_steps, picks_differ, n_picks);
         out->gpu_peak_mib = (double)plumb_ctx_gpu_peak_bytes(c) / 1048576.0;
     }
 out:

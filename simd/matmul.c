@@ -241,7 +241,7 @@ static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
     }
 }
 
-/* body(first, count, ctx) over items [0, n), from inside the caller's thread team or alone */
+/* body(first, count, ctx) over items [0, n) in a parallel region of its own */
 static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
     const int T = omp_get_max_threads();
     if (T <= 1 || n < 2 * T || n > 0xFFFFFFFFLL || !steal_enabled()) {
@@ -266,8 +266,7 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
 /* the three single-token loops over 8-row groups of repacked weights */
 typedef struct {
     plumb_dot8_fn dot8;
-    const plumb_matrix *const *W; /* nw matrices of the same width, their groups one after another */
-    int nw;
+    const plumb_matrix *const *W; /* up to 4 matrices of the same width, their groups one after another */
     int64_t first[5];             /* first group of each matrix */
     const void *act;
     float *const *y;
@@ -284,7 +283,7 @@ static void dot8_items(int64_t first, int64_t count, void *ctx) {
 }
 
 static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
-    dot8_job j = {.dot8 = dot8, .W = W, .nw = nw, .act = act, .y = y};
+    dot8_job j = {.dot8 = dot8, .W = W, .act = act, .y = y};
     for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
     for_items(j.first[nw], dot8_items, &j);
 }
@@ -314,6 +313,12 @@ void plumb_matrix_free_mirrors(plumb_matrix *W) {
     W->n_mirror = 0;
 }
 
+/* one token's activations in the form W's type pairs with (block_q8a or block_q8_K) */
+static void quantize_act(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf, int64_t cols) {
+    if (plumb_type_get(type)->act == PLUMB_ACT_Q8K) k->quantize_q8K(x, act_buf, cols);
+    else k->quantize_q8a(x, act_buf, cols);
+}
+
 /* Rows are split into contiguous ranges, one per thread; for each row the
  * weights are read once and applied to every token of the batch, so a
  * prefill batch costs one pass over the weights. */
@@ -329,9 +334,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
         act_row = plumb_matmul_act_bytes(W->type, cols, 1);
 #pragma omp parallel for schedule(static) if (n_tok > 1)
         for (int t = 0; t < n_tok; t++) {
-            void *dst = (uint8_t *)act_buf + (size_t)t * act_row;
-            if (tt->act == PLUMB_ACT_Q8) k->quantize_q8a(x + (size_t)t * cols, dst, cols);
-            else k->quantize_q8K(x + (size_t)t * cols, dst, cols);
+            quantize_act(k, W->type, x + (size_t)t * cols, (uint8_t *)act_buf + (size_t)t * act_row, cols);
         }
     }
     if (quantized_act && W->packed && k->dot8[W->type] && k != plumb_kernels_scalar()) {
@@ -461,11 +464,6 @@ int plumb_matrix_repack(plumb_matrix *W) {
     return 0;
 }
 
-/* one token's activations in the form W's type pairs with (block_q8a or block_q8_K) */
-static void quantize_act(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf, int64_t cols) {
-    if (plumb_type_get(type)->act == PLUMB_ACT_Q8K) k->quantize_q8K(x, act_buf, cols);
-    else k->quantize_q8a(x, act_buf, cols);
-}
 
 void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact) {
     const plumb_kernels *k = plumb_kernels_active();
