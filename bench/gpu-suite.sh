@@ -21,6 +21,12 @@
 #          and GB/s of every shape (PLUMB_CUDA_MVBENCH=1: 7B Q4_0, TinyLlama Q8_0; 1 and 8
 #          tokens), 7B batch 1 alternating MV_ROWS (MV_AB, default "2 auto 2 auto"), and the
 #          batch-1 step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP)
+#   att    attention that loads earlier steps' keys/values before waiting for the kernel
+#          before it (PLUMB_CUDA_ATT_EARLY=none|few|all): synthetic TinyLlama against the CPU,
+#          then 7B (and TinyLlama) batch 1/64 with AB_PLUGIN (an earlier plugin, if given) and
+#          each setting, twice, and per-kernel times of 7B batch-1 steps
+#   np     positions a warp loads per pass in 16-warp attention blocks (PLUMB_CUDA_ATT_NP=4|8):
+#          greedy ids CPU vs GPU, then 7B and TinyLlama Q4_0 batch 1 alternating, twice
 #   fused  the fused decode kernel (PLUMB_CUDA_FUSED=1): step-by-step check against the
 #          separate kernels, greedy ids vs the CPU, and 7B batch 1/8 with it off and on
 #   gemm   the int8 tensor-core batch GEMM (PLUMB_CUDA_GEMM=i8) against the CPU at
@@ -128,6 +134,53 @@ variants)
         echo "== $v"
         env PLUMB_CUDA_TIMING=1 PLUMB_CUDA_${v% *} PLUMB_CUDA_${v#* } $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 --reps 3 \
             --no-quality -o "$OUT/variants-$tag" 2>&1 | tee "$OUT/variants-$tag.txt" | grep -E "^\| models|rror|plumb-cuda"
+    done
+    ;;
+att)
+    {
+        m=$(model tinyllama-1.1b q4_0)
+        echo "== synthetic TinyLlama Q4_0: greedy ids, CPU vs GPU (attention loads earlier positions before waiting)"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids"
+        for c in 8 64; do echo "-- -c $c: $(compare "$m" $c 2 | grep -E "KL|top|rror" | tr '\n' ' ')"; done
+    } 2>&1 | tee "$OUT/att-check.txt"
+    # the plugin before these changes (AB_PLUGIN), then PLUMB_CUDA_ATT_EARLY none / few (default) / all, twice
+    for sh in llama2-7b tinyllama-1.1b; do
+        m=$(model $sh q4_0)
+        for r in 1 2; do
+            for v in old none few all; do
+                [ $v = old ] && [ -z "${AB_PLUGIN:-}" ] && continue
+                [ $sh = tinyllama-1.1b ] && [ $v = none -o $v = all ] && continue
+                echo "== $sh $v pass $r"
+                if [ $v = old ]; then env PLUMB_CUDA_PLUGIN=$AB_PLUGIN PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 \
+                        -p 128 -n 32 --reps 3 --no-quality -o "$OUT/att-$sh-$v-$r" > "$OUT/att-$sh-$v-$r.txt" 2>&1
+                else env PLUMB_CUDA_ATT_EARLY=$v PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,64 -p 128 -n 32 \
+                        --reps 3 --no-quality -o "$OUT/att-$sh-$v-$r" > "$OUT/att-$sh-$v-$r.txt" 2>&1
+                fi
+                grep -E "^\| models|rror|decode steps" "$OUT/att-$sh-$v-$r.txt"
+            done
+        done
+    done
+    m=$(model llama2-7b q4_0)
+    PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 32 --reps 1 --warmup 0 \
+        --no-quality -o "$OUT/att-kprof" 2>&1 | tee "$OUT/att-kprof.txt" | grep -E "plumb-cuda|rror"
+    ;;
+np)
+    {
+        m=$(model tinyllama-1.1b q4_0)
+        echo "== synthetic TinyLlama Q4_0: greedy ids, CPU, then GPU with PLUMB_CUDA_ATT_NP=4 and 8"
+        $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
+        for v in 4 8; do PLUMB_CUDA_ATT_NP=$v $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids"; done
+    } 2>&1 | tee "$OUT/np-check.txt"
+    for r in 1 2; do
+        for v in 4 8; do
+            for sh in llama2-7b tinyllama-1.1b; do
+                m=$(model $sh q4_0)
+                echo "== $sh PLUMB_CUDA_ATT_NP=$v pass $r"
+                PLUMB_CUDA_ATT_NP=$v PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 32 --reps 3 \
+                    --no-quality -o "$OUT/np-$sh-$v-$r" 2>&1 | tee "$OUT/np-$sh-$v-$r.txt" | grep -E "^\| models|rror|decode steps"
+            done
+        done
     done
     ;;
 mv)

@@ -112,6 +112,9 @@ struct handle {
     // device scratch
     float *x, *qkv, *att, *gu, *logits, *cs, *sn, *partial;
     size_t partial_elems;
+    int att_early;         // PLUMB_CUDA_ATT_EARLY=none|few|all: which attention launches load their first pass of earlier steps' keys/values
+                           // before waiting for the kernel before it (few, the default: the 16-warp launches of steps with few tokens)
+    int att_np;            // PLUMB_CUDA_ATT_NP=4|8: positions a warp loads per pass in the 16-warp (few blocks) attention; default 8
     unsigned *tile_count;  // per output tile of a split-K product: splits finished (the int8 GEMM's in-kernel reduction)
     int staged_logits;     // PLUMB_CUDA_LOGITS=staged: logits through the plugin's pinned buffer and a host copy even into page-locked memory
     int split_reader;      // PLUMB_CUDA_SPLIT_SUM=reader (default): the output's next reader adds the partials (finish_splits)
@@ -268,18 +271,38 @@ __device__ __forceinline__ float psum1(const psum &s, float y, int t, int r) {
 // true of every model with quantized matrices; others take the plain loop).
 __global__ void __launch_bounds__(1024) k_rmsnorm_act(float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
                                                       __half *ah, psum ps) {
+    constexpr int HELD = 2; // float4s a thread keeps in registers: rows up to 8192 wide (1024 threads; 4 would spill)
     pdl_trigger();
-    pdl_wait();
-    const int r = blockIdx.x, src = rows ? rows[r] : r;
+    const int r = blockIdx.x, src = rows ? rows[r] : r; // (rows: uploaded before the step's kernels)
     float *xr = x + (size_t)src * d;
-    const int wide = d % QK == 0;
+    const int wide = d % QK == 0, held = wide && d <= HELD * 4 * (int)blockDim.x;
+    // the norm's weights (no kernel writes them) are loaded before waiting for
+    // the kernel that writes x; a held row of x stays in registers, so the
+    // chain is one load of x, the sum, and the stores
+    float4 g[HELD], v[HELD];
+    if (held)
+#pragma unroll
+        for (int j = 0; j < HELD; j++) {
+            const int i = (threadIdx.x + j * blockDim.x) * 4;
+            if (i < d) g[j] = *(const float4 *)(w + i);
+        }
+    pdl_wait();
     __shared__ float part[32];
     float ss = 0;
-    if (wide)
+    if (held)
+#pragma unroll
+        for (int j = 0; j < HELD; j++) {
+            const int i = (threadIdx.x + j * blockDim.x) * 4;
+            if (i >= d) continue;
+            v[j] = *(const float4 *)(xr + i);
+            if (ps.p) *(float4 *)(xr + i) = v[j] = psum4(ps, v[j], src, i); // the residual stream completed
+            ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        }
+    else if (wide)
         for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
-            float4 v = *(const float4 *)(xr + i);
-            if (ps.p) *(float4 *)(xr + i) = v = psum4(ps, v, src, i); // the residual stream completed (this thread reads it again below)
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            float4 u = *(const float4 *)(xr + i);
+            if (ps.p) *(float4 *)(xr + i) = u = psum4(ps, u, src, i); // the residual stream completed (this thread reads it again below)
+            ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
         }
     else
         for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -290,21 +313,28 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_act(float *x, const int *rows,
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
     if (threadIdx.x < 32) {
-        float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0;
-        v = warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
+        float u = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0;
+        u = warp_sum(u);
+        if (threadIdx.x == 0) part[0] = u;
     }
     __syncthreads();
     const float scale = rsqrtf(part[0] / d + eps);
-    if (wide) {
-        // whole 8-thread groups stay together: blockDim and d are multiples of 32
-        for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
-            const float4 v = *(const float4 *)(xr + i), g = *(const float4 *)(w + i);
-            store_act4(make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w), r, i, d, fmt, aq, ad, ah);
+    // (whole 8-thread groups stay together in store_act4: blockDim and d are multiples of 32)
+    if (held)
+#pragma unroll
+        for (int j = 0; j < HELD; j++) {
+            const int i = (threadIdx.x + j * blockDim.x) * 4;
+            if (i < d)
+                store_act4(make_float4(v[j].x * scale * g[j].x, v[j].y * scale * g[j].y, v[j].z * scale * g[j].z, v[j].w * scale * g[j].w), r, i, d,
+                           fmt, aq, ad, ah);
         }
-    } else {
+    else if (wide)
+        for (int i = threadIdx.x * 4; i < d; i += blockDim.x * 4) {
+            const float4 u = *(const float4 *)(xr + i), gw = *(const float4 *)(w + i);
+            store_act4(make_float4(u.x * scale * gw.x, u.y * scale * gw.y, u.z * scale * gw.z, u.w * scale * gw.w), r, i, d, fmt, aq, ad, ah);
+        }
+    else
         for (int i = threadIdx.x; i < d; i += blockDim.x) ah[(size_t)r * d + i] = __float2half(xr[i] * scale * w[i]);
-    }
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
@@ -341,6 +371,9 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
 #define MV_AUTO 0  // rows per warp chosen per product (launch_matvec)
 #define SKIP_PRODUCTS 1 // PLUMB_CUDA_SKIP: which kernels a timing experiment leaves out
 #define SKIP_OTHERS 2
+#define ATT_EARLY_NONE 0 // PLUMB_CUDA_ATT_EARLY: which attention launches load earlier steps' keys/values before waiting
+#define ATT_EARLY_FEW 1
+#define ATT_EARLY_ALL 2
 #define GEMM_REG 0 // batch GEMMs (PLUMB_CUDA_GEMM): F16 tensor cores on weights dequantized in registers
 #define GEMM_I8 1  // int8 tensor cores on the quants as stored
 #define GEMM_F16 2 // F16 tensor cores on weights dequantized in shared memory (WMMA)
@@ -1256,17 +1289,17 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
 // sums and its exponential happen once a pass instead of once a position.
 // Then the warps' partial results are merged. With fmt, the output goes
 // straight to the next product's activations (hd % 32 == 0), else to out as
-// floats. W = 4 (NP = 8), or 16 (NP = 4) when the step has too few (token,
-// head) blocks to cover the GPU (decode of one or a few sequences: each
-// warp's chain of dependent loads is then 4 times shorter).
-template <int E, int HG, int W>
+// floats. W = 4, or 16 when the step has too few (token, head) blocks to
+// cover the GPU (decode of one or a few sequences: each warp's chain of
+// dependent loads is then 4 times shorter). NP = 8 (16-warp blocks:
+// PLUMB_CUDA_ATT_NP=4 was the earlier choice, kept for A/B runs).
+template <int E, int HG, int W, int NP, bool EARLY>
 __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
                                                    const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
                                                    float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
-    constexpr int NP = W >= 16 ? 4 : 8, E2 = (E + 1) / 2;
+    constexpr int E2 = (E + 1) / 2;
     pdl_trigger();
-    pdl_wait();
     extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc
     const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv, qd = n_head * hd;
     const int h0 = kvh * group + blockIdx.y * HG, nh = min(HG, kvh * group + group - h0);
@@ -1274,17 +1307,21 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
     const int *tab = table + seq[t] * max_blocks;
     const float scale = rsqrtf((float)hd);
     const int vec = hd == 32 * E; // each lane's E values are contiguous and whole: one vector load
-    float q[HG][E], acc[HG][E], m[HG], l[HG];
+    // Positions, block tables and the keys/values of earlier steps are
+    // complete before this step's kernels start; the positions this step
+    // writes (its tokens of this sequence: none below the least of their
+    // positions) come from the kernel before this one. With EARLY, the
+    // first pass's older positions are loaded before waiting for that
+    // kernel, so their latency hides behind its tail (it costs registers:
+    // 80 instead of 72 in the 4-warp kernel).
+    int old = 0;
+    if constexpr (EARLY) {
+        const int n = (int)gridDim.x / n_head_kv, sq = seq[t];
+        old = INT_MAX;
+        for (int i = lane; i < n; i += 32)
+            if (seq[i] == sq) old = min(old, pos[i]);
 #pragma unroll
-    for (int g = 0; g < HG; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0;
-#pragma unroll
-        for (int e = 0; e < E; e++) {
-            const int i = lane * E + e;
-            q[g][e] = g < nh && i < hd ? qkv[(size_t)t * ldq + (h0 + g) * hd + i] * scale : 0.0f;
-            acc[g][e] = 0;
-        }
+        for (int o = 16; o > 0; o >>= 1) old = min(old, __shfl_xor_sync(0xffffffffu, old, o));
     }
     auto load = [&](int p, __half2 *kb, __half2 *vb) { // this lane's E values of position p's key and value
         const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd + lane * E;
@@ -1303,11 +1340,27 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
             }
         }
     };
+    __half2 kb[NP][E2], vb[NP][E2];
+#pragma unroll
+    for (int u = 0; u < NP; u++)
+        if (warp + u * W < old) load(warp + u * W, kb[u], vb[u]);
+    pdl_wait();
+    float q[HG][E], acc[HG][E], m[HG], l[HG];
+#pragma unroll
+    for (int g = 0; g < HG; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int i = lane * E + e;
+            q[g][e] = g < nh && i < hd ? qkv[(size_t)t * ldq + (h0 + g) * hd + i] * scale : 0.0f;
+            acc[g][e] = 0;
+        }
+    }
     for (int p = warp; p < len; p += NP * W) {
-        __half2 kb[NP][E2], vb[NP][E2];
 #pragma unroll
         for (int u = 0; u < NP; u++)
-            if (p + u * W < len) load(p + u * W, kb[u], vb[u]);
+            if (p + u * W < len && (p != warp || p + u * W >= old)) load(p + u * W, kb[u], vb[u]);
 #pragma unroll
         for (int g = 0; g < HG; g++) {
             if (g >= nh) break;
@@ -2339,6 +2392,14 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->staged_logits = lg && !strcmp(lg, "staged");
+        const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
+        if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
+            snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
+                                   "waiting for the previous kernel) and PLUMB_CUDA_ATT_NP 4 or 8 (positions a warp loads per pass when a block has 16 warps)");
+            goto fail;
+        }
+        h->att_early = !ae || !strcmp(ae, "few") ? ATT_EARLY_FEW : !strcmp(ae, "all") ? ATT_EARLY_ALL : ATT_EARLY_NONE;
+        h->att_np = an && an[0] == '4' ? 4 : 8;
         if (gk && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
             snprintf(err, err_len, "PLUMB_CUDA_GEMM wants reg, i8 or f16 (the batch GEMM: F16 tensor cores on weights dequantized in registers, "
                                    "int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
@@ -2793,9 +2854,22 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
      * (then hg is 1 or 2: 16 warps of wider head groups would spill) */
     const int w = (long)g.x * g.y < 2L * h->num_sms && hg <= 2 ? 16 : 4;
     const size_t sm = (size_t)w * hg * (2 + hd) * 4;
+#define ATT_NP(E, HG, W, NP)                                                                                                                       \
+    do {                                                                                                                                           \
+        if (h->att_early == ATT_EARLY_ALL || (W == 16 && h->att_early == ATT_EARLY_FEW))                                                          \
+            launch(h, k_attention<E, HG, W, NP, true>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd,       \
+                   h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);                                       \
+        else                                                                                                                                       \
+            launch(h, k_attention<E, HG, W, NP, false>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd,      \
+                   h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);                                       \
+    } while (0)
+    /* 8 positions a pass; 16-warp blocks of 8-value lanes keep 4 (8 would spill). (16 in 16-warp blocks, a decode
+     * step's whole context loaded before waiting, was measured slower: 7B batch 1 470 vs 549 tok/s) */
 #define ATT(E, HG, W)                                                                                                                              \
-    launch(h, k_attention<E, HG, W>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool,          \
-           h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah)
+    do {                                                                                                                                           \
+        if (W == 16 && (E >= 8 || h->att_np == 4)) ATT_NP(E, HG, 16, 4);                                                                          \
+        else ATT_NP(E, HG, W, 8);                                                                                                                  \
+    } while (0)
 #define ATT_E(HG, W)                                                                                                                               \
     do {                                                                                                                                           \
         if (hd <= 32) ATT(1, HG, W);                                                                                                               \
@@ -2811,6 +2885,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     else ATT_E(8, 4);
 #undef ATT_E
 #undef ATT
+#undef ATT_NP
 }
 
 // The step's kernels, all on h->stream, reading inputs already on the device.
