@@ -241,12 +241,53 @@ static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
     }
 }
 
-/* body(first, count, ctx) over items [0, n) in a parallel region of its own */
-static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
+/* A token's activations quantized for a row type, block by block (items of
+ * a for_items prologue: the blocks are independent) */
+typedef struct {
+    const plumb_kernels *k;
+    int q8k; /* block_q8_K (K-quant rows), else block_q8a */
+    const float *x;
+    void *act;
+} quant_job;
+
+static void quant_blocks(int64_t first, int64_t count, void *ctx) {
+    const quant_job *q = ctx;
+    if (q->q8k) q->k->quantize_q8K(q->x + first * QK_K, (block_q8_K *)q->act + first, count * QK_K);
+    else q->k->quantize_q8a(q->x + first * 32, (block_q8a *)q->act + first, count * 32);
+}
+
+static quant_job quant_job_for(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf) {
+    quant_job q = {k, plumb_type_get(type)->act == PLUMB_ACT_Q8K, x, act_buf};
+    return q;
+}
+
+/* body(first, count, ctx) over items [0, n) in a parallel region of its own.
+ * With pre, every thread first takes an even share of pre's items and all
+ * wait for all of them (a token's activations quantized by both threads, not
+ * by one while the other waits for the region). */
+typedef struct {
+    void (*fn)(int64_t first, int64_t count, void *ctx);
+    int64_t n;
+    void *ctx;
+} prologue;
+
+static void run_share(const prologue *pre, int me, int nt) {
+    const int64_t lo = pre->n * me / nt, hi = pre->n * (me + 1) / nt;
+    if (hi > lo) pre->fn(lo, hi - lo, pre->ctx);
+}
+
+static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx, const prologue *pre) {
     const int T = omp_get_max_threads();
     if (T <= 1 || n < 2 * T || n > 0xFFFFFFFFLL || !steal_enabled()) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) body(i, 1, ctx);
+#pragma omp parallel
+        {
+            if (pre) {
+                run_share(pre, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp barrier
+            }
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < n; i++) body(i, 1, ctx);
+        }
         return;
     }
     share shares[T];
@@ -255,6 +296,7 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
         const int me = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t lo = n * me / nt, hi = n * (me + 1) / nt, chunk = (hi - lo) / 16 > 1 ? (hi - lo) / 16 : 1;
         __atomic_store_n(&shares[me].span, (uint64_t)lo | (uint64_t)hi << 32, __ATOMIC_RELAXED);
+        if (pre) run_share(pre, me, nt);
 #pragma omp barrier
         int64_t first, count;
         while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
@@ -282,10 +324,11 @@ static void dot8_items(int64_t first, int64_t count, void *ctx) {
     }
 }
 
-static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
+/* pre (or NULL): the activations' quantization, done in the same region */
+static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const prologue *pre) {
     dot8_job j = {.dot8 = dot8, .W = W, .act = act, .y = y};
     for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
-    for_items(j.first[nw], dot8_items, &j);
+    for_items(j.first[nw], dot8_items, &j, pre);
 }
 
 int plumb_matrix_mirror(plumb_matrix *W, int copies, int (*bind)(void *ctx, void *addr, size_t len, int copy), void *ctx) {
@@ -330,14 +373,15 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
     const int quantized_act = !exact && tt->act != PLUMB_ACT_F32;
     size_t act_row = 0;
 
-    if (quantized_act) {
-        act_row = plumb_matmul_act_bytes(W->type, cols, 1);
+    const int dot8_path = quantized_act && W->packed && k->dot8[W->type] && k != plumb_kernels_scalar();
+    if (quantized_act) act_row = plumb_matmul_act_bytes(W->type, cols, 1);
+    if (quantized_act && !(dot8_path && n_tok == 1)) { /* (one token on the 8-row kernels: quantized inside their parallel region) */
 #pragma omp parallel for schedule(static) if (n_tok > 1)
         for (int t = 0; t < n_tok; t++) {
             quantize_act(k, W->type, x + (size_t)t * cols, (uint8_t *)act_buf + (size_t)t * act_row, cols);
         }
     }
-    if (quantized_act && W->packed && k->dot8[W->type] && k != plumb_kernels_scalar()) {
+    if (dot8_path) {
         /* eight rows at a time over the repacked copy */
         const plumb_dot8_fn dot8 = k->dot8[W->type];
         const size_t group_bytes = 8 * W->row_bytes;
@@ -368,7 +412,9 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             return;
         }
         if (n_tok == 1) {
-            dot8_groups(dot8, &W, 1, act_buf, &y);
+            quant_job q = quant_job_for(k, W->type, x, act_buf);
+            const prologue pre = {quant_blocks, cols / (q.q8k ? QK_K : 32), &q};
+            dot8_groups(dot8, &W, 1, act_buf, &y, &pre);
             return;
         }
 #pragma omp parallel for schedule(static)
@@ -475,8 +521,9 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
         for (int i = 0; i < nw; i++) plumb_matmul(W[i], x, n_tok, y[i], act_buf, exact);
         return;
     }
-    quantize_act(k, W[0]->type, x, act_buf, W[0]->cols);
-    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y);
+    quant_job q = quant_job_for(k, W[0]->type, x, act_buf);
+    const prologue pre = {quant_blocks, W[0]->cols / (q.q8k ? QK_K : 32), &q};
+    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y, &pre);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -518,7 +565,8 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
         for (size_t i = 0; i < n; i++) out[i] = silu(out[i]) * scratch[i];
         return;
     }
-    quantize_act(k, gate->type, x, act_buf, gate->cols);
+    quant_job q = quant_job_for(k, gate->type, x, act_buf);
+    const prologue pre = {quant_blocks, gate->cols / (q.q8k ? QK_K : 32), &q};
     swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out};
-    for_items(ff / 8, swiglu_items, &j);
+    for_items(ff / 8, swiglu_items, &j, &pre);
 }
