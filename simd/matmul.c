@@ -241,26 +241,6 @@ static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
     }
 }
 
-/* A token's activations quantized for a row type, block by block (items of
- * a for_items prologue: the blocks are independent) */
-typedef struct {
-    const plumb_kernels *k;
-    int q8k; /* block_q8_K (K-quant rows), else block_q8a */
-    const float *x;
-    void *act;
-} quant_job;
-
-static void quant_blocks(int64_t first, int64_t count, void *ctx) {
-    const quant_job *q = ctx;
-    if (q->q8k) q->k->quantize_q8K(q->x + first * QK_K, (block_q8_K *)q->act + first, count * QK_K);
-    else q->k->quantize_q8a(q->x + first * 32, (block_q8a *)q->act + first, count * 32);
-}
-
-static quant_job quant_job_for(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf) {
-    quant_job q = {k, plumb_type_get(type)->act == PLUMB_ACT_Q8K, x, act_buf};
-    return q;
-}
-
 /* body(first, count, ctx) over items [0, n) in a parallel region of its own.
  * With pre, every thread first takes an even share of pre's items and all
  * wait for all of them (a token's activations quantized by both threads, not
@@ -356,10 +336,33 @@ void plumb_matrix_free_mirrors(plumb_matrix *W) {
     W->n_mirror = 0;
 }
 
-/* one token's activations in the form W's type pairs with (block_q8a or block_q8_K) */
+/* One token's activations in the form a row type pairs with (block_q8a or
+ * block_q8_K), block by block: the blocks are independent, so a for_items
+ * prologue can split them over the threads. */
+typedef struct {
+    const plumb_kernels *k;
+    int q8k; /* block_q8_K (K-quant rows), else block_q8a */
+    const float *x;
+    void *act;
+    prologue all; /* every block of the token, as a prologue */
+} quant_job;
+
+static void quant_blocks(int64_t first, int64_t count, void *ctx) {
+    const quant_job *q = ctx;
+    if (q->q8k) q->k->quantize_q8K(q->x + first * QK_K, (block_q8_K *)q->act + first, count * QK_K);
+    else q->k->quantize_q8a(q->x + first * 32, (block_q8a *)q->act + first, count * 32);
+}
+
+/* fills *q for x (cols values) quantized into act_buf; q->all runs it */
+static void quant_job_init(quant_job *q, const plumb_kernels *k, uint32_t type, const float *x, void *act_buf, int64_t cols) {
+    q->k = k, q->q8k = plumb_type_get(type)->act == PLUMB_ACT_Q8K, q->x = x, q->act = act_buf;
+    q->all = (prologue){quant_blocks, cols / (q->q8k ? QK_K : 32), q};
+}
+
 static void quantize_act(const plumb_kernels *k, uint32_t type, const float *x, void *act_buf, int64_t cols) {
-    if (plumb_type_get(type)->act == PLUMB_ACT_Q8K) k->quantize_q8K(x, act_buf, cols);
-    else k->quantize_q8a(x, act_buf, cols);
+    quant_job q;
+    quant_job_init(&q, k, type, x, act_buf, cols);
+    quant_blocks(0, q.all.n, &q);
 }
 
 /* Rows are split into contiguous ranges, one per thread; for each row the
@@ -412,9 +415,9 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
             return;
         }
         if (n_tok == 1) {
-            quant_job q = quant_job_for(k, W->type, x, act_buf);
-            const prologue pre = {quant_blocks, cols / (q.q8k ? QK_K : 32), &q};
-            dot8_groups(dot8, &W, 1, act_buf, &y, &pre);
+            quant_job q;
+            quant_job_init(&q, k, W->type, x, act_buf, cols);
+            dot8_groups(dot8, &W, 1, act_buf, &y, &q.all);
             return;
         }
 #pragma omp parallel for schedule(static)
@@ -521,9 +524,9 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
         for (int i = 0; i < nw; i++) plumb_matmul(W[i], x, n_tok, y[i], act_buf, exact);
         return;
     }
-    quant_job q = quant_job_for(k, W[0]->type, x, act_buf);
-    const prologue pre = {quant_blocks, W[0]->cols / (q.q8k ? QK_K : 32), &q};
-    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y, &pre);
+    quant_job q;
+    quant_job_init(&q, k, W[0]->type, x, act_buf, W[0]->cols);
+    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y, &q.all);
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -565,8 +568,8 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
         for (size_t i = 0; i < n; i++) out[i] = silu(out[i]) * scratch[i];
         return;
     }
-    quant_job q = quant_job_for(k, gate->type, x, act_buf);
-    const prologue pre = {quant_blocks, gate->cols / (q.q8k ? QK_K : 32), &q};
+    quant_job q;
+    quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
     swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out};
-    for_items(ff / 8, swiglu_items, &j, &pre);
+    for_items(ff / 8, swiglu_items, &j, &q.all);
 }

@@ -304,37 +304,34 @@ static void expect_same_logits(float got[2][600], float ref[2][600], const char 
             cr_assert_eq(got[k][v], ref[k][v], "%s logit %d: %g %s vs %g", k ? "decode" : "prompt", v, got[k][v], what, ref[k][v]);
 }
 
-/* --numa mirror: with copies forced on this one-node machine, each thread
- * reads its own copy of every repacked matrix (thread i copy i % 2), and
- * the logits are those of the unmirrored model, bit for bit. */
-Test(model, numa_mirror_copies_give_the_same_logits) {
-    const char *path = synthetic_600("mirror.gguf", PLUMB_TYPE_Q4_0, 4, 2, 9);
+/* path's logits with 2 threads, then again with the environment variable
+ * var = value (and numa mode, if not NULL) set for that run: the same, bit
+ * for bit */
+static void expect_same_logits_with(const char *path, const char *var, const char *value, const char *numa, const char *what) {
     float ref[2][600], got[2][600];
     plumb_ctx_params cp = plumb_ctx_default_params();
     cp.n_threads = 2;
     prompt_and_decode(path, &cp, ref);
-    setenv("PLUMB_NUMA_MIRROR_COPIES", "2", 1);
-    cp.numa = "mirror";
+    setenv(var, value, 1);
+    if (numa) cp.numa = numa;
     prompt_and_decode(path, &cp, got);
-    unsetenv("PLUMB_NUMA_MIRROR_COPIES");
-    expect_same_logits(got, ref, "mirrored");
+    unsetenv(var);
+    expect_same_logits(got, ref, what);
     remove(path);
+}
+
+/* --numa mirror: with copies forced on this one-node machine, each thread
+ * reads its own copy of every repacked matrix (thread i copy i % 2), and
+ * the logits are those of the unmirrored model, bit for bit. */
+Test(model, numa_mirror_copies_give_the_same_logits) {
+    expect_same_logits_with(synthetic_600("mirror.gguf", PLUMB_TYPE_Q4_0, 4, 2, 9), "PLUMB_NUMA_MIRROR_COPIES", "2", "mirror", "mirrored");
 }
 
 /* The KV cache split by head into node parts (as --numa distribute lays it
  * out on a multi-node machine), planned here on a synthetic two-node
  * topology: the same logits, bit for bit, for prompt chunks and decode. */
 Test(model, numa_split_kv_cache_gives_the_same_logits) {
-    const char *path = synthetic_600("kvsplit.gguf", PLUMB_TYPE_Q4_K, 8, 4, 5);
-    float ref[2][600], got[2][600];
-    plumb_ctx_params cp = plumb_ctx_default_params();
-    cp.n_threads = 2;
-    prompt_and_decode(path, &cp, ref);
-    setenv("PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", 1);
-    prompt_and_decode(path, &cp, got);
-    unsetenv("PLUMB_KV_SPLIT");
-    expect_same_logits(got, ref, "split");
-    remove(path);
+    expect_same_logits_with(synthetic_600("kvsplit.gguf", PLUMB_TYPE_Q4_K, 8, 4, 5), "PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", NULL, "split");
 }
 
 /* Single-token products with threads stealing each other's rows give the
