@@ -39,9 +39,11 @@ CUDA_PLUGIN := libplumb-cuda.so
 all: $(BIN) $(if $(NVCC),$(CUDA_PLUGIN))
 
 # The CUDA plugin, dlopen()ed by plumb (never linked): the GPUs users have
-# (Ampere sm_80/86, Ada sm_89, Hopper sm_90) plus PTX for newer ones.
+# (Ampere sm_80/86, Ada sm_89, Hopper sm_90) plus PTX for newer ones, and
+# sm_90a, Hopper's arch-specific code (the wgmma batch GEMM), which a Hopper
+# GPU runs in place of sm_90's (the plugin checks which one it got).
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 -gencode arch=compute_89,code=sm_89 \
-              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 $(CUDA_PLUGIN): plugins/cuda/plumb_cuda.cu core/backend.h
 	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -shared $(CUDA_ARCHS) -o $@ $< -lcublas
 cuda: $(CUDA_PLUGIN)

@@ -42,6 +42,13 @@
 #          Q8_0 model; the int8 GEMM at 64 beside it; then 7B Q4_0 batch 1/8/64 with it,
 #          batch 64 with the int8 GEMM (REG_AB=0 leaves that out), per-kernel times of
 #          batch-64 steps for each shape in RTILES_SPEED (PLUMB_CUDA_KPROF=1)
+#   wg     the Hopper wgmma batch GEMM (PLUMB_CUDA_GEMM=wg, the default where the device runs
+#          the plugin's sm_90a code): each block shape timed and compared with the reg GEMM on
+#          7B Q4_0 / TinyLlama Q8_0 matrices (PLUMB_CUDA_GEMMBENCH; TinyLlama Q8_0 also unsplit),
+#          the CPU comparison at chunk sizes (WG_CHECK_CHUNKS) through its token tiles
+#          (synthetic TinyLlama WG_CHECK_TYPES, default Q4_0 and Q8_0; the real Q8_0 model), then 7B
+#          Q4_0 batch WG_BATCH (1,64) with each of WG_VARIANTS (GEMM[:WG_TILE], default "wg reg") in
+#          turn, WG_ROUNDS times (default 2), and per-kernel times of batch-64 steps
 #   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
 #          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
 #   q4k    Q4_K weights on the GPU: synthetic TinyLlama Q4_K against the CPU (greedy ids;
@@ -321,6 +328,46 @@ reg)
                 --no-quality -o "$OUT/kp-$tile" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|k_att|^\| models|rror")
         done
     } 2>&1 | tee "$OUT/reg-7b.txt"
+    ;;
+wg)
+    {
+        echo "== does this device run the wgmma GEMM? (PLUMB_CUDA_GEMM=wg refuses where it does not)"
+        PLUMB_CUDA_GEMM=wg $P run -m "$S/models/stories260K.gguf" -p "Once" -n 4 --temp 0 -ngl all 2>&1 >/dev/null | grep -iE "rror|wg|sm_90a" || echo "wgmma GEMM available"
+        for mq in ${WG_BENCH_MODELS:-llama2-7b:q4_0 tinyllama-1.1b:q8_0}; do
+            m=$(model ${mq%:*} ${mq#*:})
+            echo "== gemmbench $mq"
+            PLUMB_CUDA_GEMMBENCH=${WG_BENCH_N:-64,128} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch ${WG_BENCH_MAXB:-128} -p 16 -n 2 --reps 1 --warmup 0 \
+                --no-quality -o "$OUT/wgbench" 2>&1 | grep -E "gemmbench.*(wg|reg 4x2x8x4x2)|compare|rror"
+        done
+        [ "${WG_SPLIT1:-1}" = 1 ] && m=$(model tinyllama-1.1b q8_0) && echo "== TinyLlama Q8_0, PLUMB_CUDA_GEMM_SPLITS=1" &&
+        PLUMB_CUDA_GEMM_SPLITS=1 PLUMB_CUDA_GEMMBENCH=64 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
+            --no-quality -o "$OUT/wgbench" 2>&1 | grep -E "gemmbench.*(wg|reg 4x2x8x4x2)|compare|rror"
+        for q in ${WG_CHECK_TYPES:-q4_0 q8_0}; do
+            m=$(model tinyllama-1.1b $q)
+            for c in ${WG_CHECK_CHUNKS:-12 24 40 64 100}; do
+                echo "== $q wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            done
+            echo "== $q reg -c 64: $( (export PLUMB_CUDA_GEMM=reg; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        done
+        for c in 16 64; do
+            echo "== TinyStories-656K Q8_0 wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare "$S/models/TinyStories-656K-Q8_0.gguf" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        done
+    } 2>&1 | tee "$OUT/wg-check.txt"
+    m=$(model llama2-7b q4_0)
+    {
+        for r in $(seq ${WG_ROUNDS:-2}); do
+            for v in ${WG_VARIANTS:-wg reg}; do # GEMM[:WG_TILE]
+                g=${v%%:*}; tile=${v#*:}; [ "$tile" = "$v" ] && tile=
+                echo "== round $r PLUMB_CUDA_GEMM=$g${tile:+ PLUMB_CUDA_WG_TILE=$tile}"
+                (export PLUMB_CUDA_GEMM=$g; [ -n "$tile" ] && export PLUMB_CUDA_WG_TILE=$tile
+                 PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch ${WG_BATCH:-1,64} -p 128 -n 32 --reps 3 \
+                    --no-quality -o "$OUT/wg-$g$tile-$r" 2>&1 | tee "$OUT/wg-$g$tile-$r.txt" | grep -E "^\| |rror|plumb-cuda: decode")
+            done
+        done
+        echo "== kernels of 7B batch-64 steps, wg"
+        PLUMB_CUDA_KPROF=1 timeout 120 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 32 --reps 1 --warmup 0 \
+            --no-quality -o "$OUT/kp-wg" 2>&1 | grep -E "kernels of|k_gemm|k_splitk|k_att|^\| models|rror"
+    } 2>&1 | tee "$OUT/wg-7b.txt"
     ;;
 gemmbench)
     for mq in llama2-7b:q4_0 tinyllama-1.1b:q8_0; do

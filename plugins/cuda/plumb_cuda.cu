@@ -146,7 +146,9 @@ struct handle {
     int skip;                                  // PLUMB_CUDA_SKIP=products|others: a timing experiment that leaves those kernels out (results are garbage)
     int mv_rows;                               // rows per warp of the decode matrix-vector kernel (PLUMB_CUDA_MV_ROWS=1|2|auto): 1, 2 or MV_AUTO
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
-    int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
+    int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_WG (wg), GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
+    int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
+    int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
     int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
     int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
@@ -377,6 +379,7 @@ __global__ void k_make_act(const float *x, int ldx, int k, int swiglu, int fmt, 
 #define GEMM_REG 0 // batch GEMMs (PLUMB_CUDA_GEMM): F16 tensor cores on weights dequantized in registers
 #define GEMM_I8 1  // int8 tensor cores on the quants as stored
 #define GEMM_F16 2 // F16 tensor cores on weights dequantized in shared memory (WMMA)
+#define GEMM_WG 3  // Hopper warpgroup MMAs (wgmma) on weights dequantized in registers
 
 // DEPTH blocks a lane (b0, b0 + 32, ...) of R rows from row0, in registers:
 // the unit of loading of the decode products.
@@ -1209,6 +1212,229 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
             }
 }
 
+// ---- Hopper: the batch GEMM on warpgroup MMAs (wgmma, sm_90a) ----------
+// k_gemm_r is bound by instruction issue: per 16x8x16 mma.sync a warp also
+// loads an activation fragment and shares the dequantization. A wgmma
+// m64nBNk16 does the work of BN / 8 of them for each of a warpgroup's four
+// warps in one instruction, reading the activations itself from shared
+// memory, so a warp issues little more than the dequantization.
+//
+// A block is WG warpgroups; warpgroup w owns 64 weight rows and the block's
+// BN tokens. Weights (raw quants and scales) and activations come through a
+// cp.async pipeline in slices of NB blocks of k. Each warp turns its 16
+// rows' quants into F16 A fragments in registers (mma.m16n8k16's layout,
+// which is wgmma's for A in registers), and per 16 values of k one wgmma
+// multiplies them by the activations in shared memory, in wgmma's K-major
+// layout with the 128-byte swizzle: 64 values of a token in one 128-byte
+// row, its 16-byte pieces permuted by (token mod 8) so the tensor cores read
+// 8 tokens' pieces from distinct banks; 1024-byte atoms of 8 tokens, one
+// block of BN rows per 64 values of k (measured against the unswizzled
+// layout on the H200: 38.9 vs 49.9 us for the 7B q/k/v product at 64 tokens).
+// FR blocks' fragments are in flight: a block's wgmmas are one commit group
+// and a warp waits only for the group FR - 1 before the one it just issued
+// before overwriting that group's registers, so the tensor cores always
+// have queued work. The copies of a slice go into the stage of the slice
+// two before it, whose wgmmas are done by then (FR <= NB), so the pipe
+// never drains at a slice's end.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HAVE_WGMMA 1
+#endif
+
+template <int TYPE, int WG, int BN, int NB>
+struct gemm_wg_smem {
+    static constexpr int BM = 64 * WG, THREADS = 128 * WG, KC = NB * QK;
+    static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32; // quant bytes a block
+    static constexpr int WLD = QB * NB + 16;              // padded row of quants: the 8 rows a load touches fall in distinct banks
+    static constexpr int STAGE_W = BM * WLD, STAGE_WD = BM * 2 * NB;
+    static constexpr int A_AT = (STAGE_W + STAGE_WD + 1023) / 1024 * 1024, STAGE_A = BN * KC * 2; // (swizzle atoms: 1024-byte aligned)
+    static constexpr int STAGE = A_AT + STAGE_A;
+    static constexpr int STAGES = 4 * STAGE <= 112 * 1024 ? 4 : 3 * STAGE <= 112 * 1024 ? 3 : 4 * STAGE <= 200 * 1024 ? 4 : 3;
+    static constexpr int BYTES = STAGES * STAGE + 1024; // + room to align the base to 1024
+    // 16-byte copies a thread issues per slice: quants, activations (rounded up)
+    static constexpr int CPW = (BM * QB * NB / 16 + THREADS - 1) / THREADS, CPA = (BN * KC / 8 + THREADS - 1) / THREADS;
+};
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs
+template <int R> __device__ __forceinline__ void wg_hold(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ uint64_t wg_desc(const void *p, uint64_t lbo_sbo) {
+    return (uint64_t)(((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | lbo_sbo;
+}
+template <int BN> __device__ __forceinline__ void wg_mma(float (&d)[BN / 2], const uint32_t a[4], uint64_t desc);
+template <> __device__ __forceinline__ void wg_mma<32>(float (&d)[16], const uint32_t a[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <> __device__ __forceinline__ void wg_mma<64>(float (&d)[32], const uint32_t a[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <> __device__ __forceinline__ void wg_mma<128>(float (&d)[64], const uint32_t a[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// Lane (g, tq)'s word of a block's 16 quant bytes q for one k16 step of
+// mma's A layout: bytes 2tq, 2tq+1, 2tq+8, 2tq+9 (two aligned loads, one
+// byte permute). For Q4_0 the low nibbles are step 0's values, the high
+// ones step 1's; for Q8_0 the word is one step's.
+__device__ __forceinline__ uint32_t frag_word(const unsigned char *q, int tq) {
+    const uint32_t w0 = *(const uint32_t *)(q + 4 * (tq >> 1)), w1 = *(const uint32_t *)(q + 8 + 4 * (tq >> 1));
+    return __byte_perm(w0, w1, tq & 1 ? 0x7632 : 0x5410);
+}
+
+template <int TYPE, int WG, int BN, int NB, int FR>
+__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
+                                                        const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
+                                                        float *partial, uint64_t lbo_sbo) {
+#ifdef HAVE_WGMMA
+    typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
+    constexpr int BM = L::BM, NTH = L::THREADS, WLD = L::WLD, ST = L::STAGES, KC = L::KC, QB = L::QB;
+    constexpr int PER_ROW = QB * NB / 16, PLANES = KC / 8; // 16-byte copies a row of quants; 8-value pieces of a token's slice
+    static_assert(ST >= 3, "a slice's copies go two stages back");
+    static_assert(KC % 64 == 0, "slices are whole 64-value swizzle atoms");
+    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
+    const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+
+    const uint8_t *wsrc[L::CPW];
+    int wdst[L::CPW], wkb[L::CPW]; // wkb: the copy's block within its slice; -1: no such copy
+#pragma unroll
+    for (int j = 0; j < L::CPW; j++) {
+        const int i = threadIdx.x + j * NTH, row = i / PER_ROW, part = i % PER_ROW;
+        const int ok = i < BM * PER_ROW && r0 + row < rows;
+        wsrc[j] = ok ? qs + (size_t)(r0 + row) * qrow + part * 16 : qs;
+        wdst[j] = row * WLD + part * 16;
+        wkb[j] = ok ? part * 16 / QB : -1;
+    }
+    // activations: thread pairs copy 32 contiguous bytes of a token (planes 2p, 2p + 1)
+    const __half *asrc[L::CPA];
+    int adst[L::CPA], acol[L::CPA]; // acol: the copy's first value within its slice; -1: no such copy
+#pragma unroll
+    for (int j = 0; j < L::CPA; j++) {
+        const int i = threadIdx.x + j * NTH, tok = (i >> 1) % BN, plane = (i >> 1) / BN * 2 + (i & 1);
+        const int ok = i < BN * PLANES && t0 + tok < n;
+        asrc[j] = ok ? A + (size_t)(t0 + tok) * k + plane * 8 : A;
+        adst[j] = (plane >> 3) * BN * 128 + tok * 128 + (((plane & 7) ^ (tok & 7)) << 4);
+        acol[j] = ok ? plane * 8 : -1;
+    }
+    const int srow = threadIdx.x < BM && r0 + (int)threadIdx.x < rows;
+
+    auto issue_w = [&](int c) {
+        unsigned char *st = smem + (c % ST) * L::STAGE;
+#pragma unroll
+        for (int j = 0; j < L::CPW; j++) {
+            if (j * NTH + (int)threadIdx.x >= BM * PER_ROW) break;
+            const int ok = wkb[j] >= 0 && c * NB + wkb[j] < nkb;
+            cp_async_n<16>(st + wdst[j], ok ? wsrc[j] + (size_t)c * QB * NB : qs, ok);
+        }
+        if (threadIdx.x < BM)
+            cp_async_n<2 * NB>(st + L::STAGE_W + threadIdx.x * 2 * NB, srow ? wd + (size_t)(r0 + threadIdx.x) * dstride + c * NB : wd, srow);
+    };
+    auto issue_a = [&](int c) {
+        unsigned char *st = smem + (c % ST) * L::STAGE + L::A_AT;
+#pragma unroll
+        for (int j = 0; j < L::CPA; j++) {
+            if (j * NTH + (int)threadIdx.x >= BN * PLANES) break;
+            const int ok = acol[j] >= 0 && c * KC + acol[j] < k;
+            cp_async_n<16>(st + adst[j], ok ? asrc[j] + (size_t)c * KC : A, ok);
+        }
+    };
+
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0;
+    wg_hold(acc);
+    // ST - 2 slices in flight ahead of the one multiplied
+    pdl_trigger();
+#pragma unroll
+    for (int s = 0; s < ST - 2; s++)
+        if (c_begin + s < c_end) issue_w(c_begin + s);
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < ST - 2; s++) {
+        if (c_begin + s < c_end) issue_a(c_begin + s);
+        cp_async_commit();
+    }
+    const int wrow = warp * 16 + g; // this lane's first row in the block (warps of a warpgroup: 16 rows each, in order)
+    for (int c = c_begin; c < c_end; c++) {
+        cp_async_wait<ST - 3>();                                  // this thread's copies of slice c have landed
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // ... and are visible to the MMAs' reads
+        __syncthreads();                                          // everyone's; and slice c - 2's MMAs are done (waited below)
+        if (c + ST - 2 < c_end) {
+            issue_w(c + ST - 2);
+            issue_a(c + ST - 2);
+        }
+        cp_async_commit();
+        const unsigned char *st = smem + (c % ST) * L::STAGE;
+        const __half *swd = (const __half *)(st + L::STAGE_W);
+        const unsigned char *sa = st + L::A_AT;
+        uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            uint32_t(&f)[2][4] = af[b % FR];
+#pragma unroll
+            for (int h = 0; h < 2; h++) { // h: row g, then row g + 8
+                const int row = wrow + 8 * h;
+                const __half2 d = __half2half2(swd[row * NB + b]);
+                const unsigned char *q = st + row * WLD + b * QB;
+                uint32_t s[2][2];
+                if (TYPE == TYPE_Q4_0) dequant_q4_word(frag_word(q, tq), d, s);
+                else {
+                    dequant_q8_word(frag_word(q, tq), d, s[0]);
+                    dequant_q8_word(frag_word(q + 16, tq), d, s[1]);
+                }
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    f[step][h] = s[step][0];
+                    f[step][2 + h] = s[step][1];
+                }
+            }
+            wg_fence();
+#pragma unroll
+            for (int step = 0; step < 2; step++) { // k16 step 2b + step of the slice
+                const int ks = 2 * b + step;
+                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32, lbo_sbo));
+            }
+            wg_commit();
+            wg_wait<FR - 1>(); // block b + 1 - FR's MMAs are done: its fragments may be overwritten
+        }
+    }
+    wg_wait<0>();
+    wg_hold(acc);
+    cp_async_wait<0>();
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
+            if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
+        }
+#endif
+}
+
+// 1 where this device runs the sm_90a code (wgmma), 0 where it runs another image
+__global__ void k_wgmma_probe(int *out) {
+#ifdef HAVE_WGMMA
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
 // the register-dequantizing GEMM's block shapes: warps over rows (each 16 MT rows x 8 NT tokens), blocks per
 // slice, groups of warps splitting each slice
 #define GR_CONFIGS(X)                                                                                                                      \
@@ -1216,6 +1442,12 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
         X(4, 2, 8, 8, 2) X(4, 2, 8, 8, 4) X(2, 2, 8, 4, 4)
 #define GR_NAMES "4x2x2x4x1, 4x2x2x4x2, 4x2x2x4x4, 4x2x4x4x2, 4x2x4x4x4, 4x2x8x4x1, 4x2x8x4x2, 4x2x8x4x4, 4x2x8x8x2, 4x2x8x8x4, 2x2x8x4x4"
 #define GR_CODE(WM, MT, NT, NB, KS) (WM * 10000 + MT * 1000 + NT * 100 + NB * 10 + KS)
+
+// the wgmma GEMM's block shapes: warpgroups (64 rows each), tokens, blocks of k per slice
+// and blocks' fragments in flight
+#define WGM_CONFIGS(X) X(2, 32, 4, 4) X(2, 64, 4, 2) X(2, 64, 4, 4) X(2, 64, 8, 4) X(3, 64, 4, 4) X(4, 64, 4, 2) X(4, 64, 4, 4) X(2, 128, 4, 4) X(4, 128, 4, 2)
+#define WGM_NAMES "2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2"
+#define WGM_CODE(WG, BN, NB, FR) (WG * 100000 + BN * 100 + NB * 10 + FR)
 
 // cos/sin of each token's rotary angles, in double like the host.
 __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
@@ -2188,6 +2420,7 @@ static int fused_blocks(const handle *h, int n) {
 
 static int gemm_tile_known(int tile);
 static int gemm_r_tile_known(int tile);
+static int gemm_wg_tile_known(int tile);
 
 // PLUMB_CUDA_MVBENCH=1: times the decode matrix-vector kernels on this
 // model's matrices before the first step: for each kind of matrix, one
@@ -2303,15 +2536,72 @@ static int mv_bench(handle *h, char *err, size_t err_len) {
 // PLUMB_CUDA_GEMMBENCH=N[,N..]: the batch GEMMs on this model's matrices
 // for N tokens: the int8 one, and the register-dequantizing one in each
 // built block shape (split-K sums included).
+// The wgmma GEMM against the reg GEMM on the model's matrix W over n tokens
+// of pseudo-random activations (the bench's constant ones would hide a
+// misplaced value of k): *rel = max |wg - reg| / max |reg|.
+static int gemm_compare(handle *h, const dmat *W, float *y, int n, double *rel, char *err, size_t err_len) {
+    const size_t cnt = (size_t)n * W->rows, acnt = (size_t)n * W->cols;
+    float *ref = (float *)malloc(cnt * sizeof(float)), *got = (float *)malloc(cnt * sizeof(float));
+    __half *act = (__half *)malloc(acnt * sizeof(__half));
+    const int saved_kind = h->gemm_kind, saved_defer = h->defer_sum;
+    int rc = -1;
+    uint32_t x = 12345;
+    double top = 0, diff = 0;
+    size_t worst = 0;
+    if (!ref || !got || !act) { snprintf(err, err_len, "out of host memory"); goto done; }
+    for (size_t i = 0; i < acnt; i++) {
+        x = x * 1664525u + 1013904223u;
+        act[i] = __float2half((float)((x >> 8) & 0xFFFF) / 65536.0f - 0.5f);
+    }
+    /* on the GEMMs' stream: a plain cudaMemcpy from pageable memory may return before its DMA lands, and
+     * h->stream does not wait for the legacy stream (the first comparison read half-copied activations) */
+    CHECK(cudaMemcpyAsync(h->ah, act, acnt * sizeof(__half), cudaMemcpyHostToDevice, h->stream), "gemm compare");
+    CHECK(cudaStreamSynchronize(h->stream), "gemm compare");
+    h->defer_sum = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        h->gemm_kind = pass ? GEMM_WG : GEMM_REG;
+        if (matmul(h, W, n, y, W->rows, 0, err, err_len)) goto done;
+        CHECK(cudaStreamSynchronize(h->stream), "gemm compare");
+        CHECK(cudaMemcpy(pass ? got : ref, y, cnt * sizeof(float), cudaMemcpyDeviceToHost), "gemm compare");
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        const double r = fabs(ref[i]), dd = fabs((double)got[i] - ref[i]);
+        if (r > top) top = r;
+        if (!(dd <= diff)) diff = dd, worst = i; /* NaN counts as the largest */
+    }
+    *rel = top > 0 ? diff / top : diff;
+    if (*rel > 1e-3) {
+        size_t bad = 0;
+        for (size_t i = 0; i < cnt; i++) bad += !(fabs((double)got[i] - ref[i]) <= 1e-3 * top);
+        fprintf(stderr, "plumb-cuda: gemm compare %dx%d n=%d: %zu of %zu differ; worst token %zu row %zu: reg %g wg %g (largest |reg| %g)\n", W->rows,
+                W->cols, n, bad, cnt, worst / W->rows, worst % W->rows, ref[worst], got[worst], top);
+    }
+    rc = 0;
+done:
+fail:
+    h->gemm_kind = saved_kind;
+    h->defer_sum = saved_defer;
+    free(ref);
+    free(got);
+    free(act);
+    return rc;
+}
+
 static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
     const plumb_backend_model_desc *d = &h->desc;
-    const int saved_kprof = h->kprof, saved_kind = h->gemm_kind, saved_tile = h->gemm_r_tile;
+    const int saved_kprof = h->kprof, saved_kind = h->gemm_kind, saved_tile = h->gemm_r_tile, saved_wg = h->wg_tile;
     static const int tiles[] = {
 #define GR_LIST(WM, MT, NT, NB, KS) GR_CODE(WM, MT, NT, NB, KS),
         GR_CONFIGS(GR_LIST)
 #undef GR_LIST
     };
-    int rc = bench_acts(h, err, err_len);
+    static const int wg_tiles[] = {
+#define WGM_LIST(WG, BN, NB, FR) WGM_CODE(WG, BN, NB, FR),
+        WGM_CONFIGS(WGM_LIST)
+#undef WGM_LIST
+    };
+    const int nr = (int)(sizeof tiles / sizeof tiles[0]), nw = h->wgmma ? (int)(sizeof wg_tiles / sizeof wg_tiles[0]) : 0;
+    int rc = 0;
     h->kprof = 0;
     for (const char *p = list; *p && !rc;) {
         const int n = atoi(p);
@@ -2326,23 +2616,33 @@ static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
             if (kind == 4 && !d->has_head) continue;
             const dmat *W0 = bench_mat(h, kind, 0, &y);
             if (!quant_mat(W0)) continue;
-            for (int v = -1; v < (int)(sizeof tiles / sizeof tiles[0]) && !rc; v++) {
-                double us = 0;
+            for (int v = -1; v < nr + nw && !rc; v++) {
+                double us = 0, rel = -1;
                 char name[48];
-                h->gemm_kind = v < 0 ? GEMM_I8 : GEMM_REG;
-                if (v >= 0) {
+                h->gemm_kind = v < 0 ? GEMM_I8 : v < nr ? GEMM_REG : GEMM_WG;
+                if (v >= nr) {
+                    const int t = h->wg_tile = wg_tiles[v - nr];
+                    snprintf(name, sizeof name, "wg %dx%dx%dx%d", t / 100000, t / 100 % 1000, t / 10 % 10, t % 10);
+                    h->gemm_r_tile = saved_tile;
+                    if ((rc = gemm_compare(h, W0, y, n, &rel, err, err_len))) break;
+                    h->gemm_kind = GEMM_WG;
+                } else if (v >= 0) {
                     const int t = h->gemm_r_tile = tiles[v];
                     snprintf(name, sizeof name, "reg %dx%dx%dx%dx%d", t / 10000, t / 1000 % 10, t / 100 % 10, t / 10 % 10, t % 10);
                 } else snprintf(name, sizeof name, "i8");
-                if (!(rc = time_products(h, kind, n, &us, err, err_len)))
-                    fprintf(stderr, "plumb-cuda: gemmbench %-7s %6dx%-6d %s n=%d  %-22s %8.2f us a call %7.0f GB/s %6.1f TFLOP/s\n", bench_kinds[kind],
+                if (!(rc = bench_acts(h, err, err_len)) && !(rc = time_products(h, kind, n, &us, err, err_len))) {
+                    char diff[40] = "";
+                    if (rel >= 0) snprintf(diff, sizeof diff, "  vs reg %.2e", rel);
+                    fprintf(stderr, "plumb-cuda: gemmbench %-7s %6dx%-6d %s n=%d  %-22s %8.2f us a call %7.0f GB/s %6.1f TFLOP/s%s\n", bench_kinds[kind],
                             W0->rows, W0->cols, W0->type == TYPE_Q4_0 ? "Q4_0" : "Q8_0", n, name, us, quant_bytes(W0) / (us * 1e3),
-                            2.0 * W0->rows * W0->cols * n / (us * 1e6));
+                            2.0 * W0->rows * W0->cols * n / (us * 1e6), diff);
+                }
             }
         }
     }
     h->gemm_kind = saved_kind;
     h->gemm_r_tile = saved_tile;
+    h->wg_tile = saved_wg;
     h->kprof = saved_kprof;
     return rc;
 }
@@ -2400,12 +2700,22 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->att_early = !ae || !strcmp(ae, "few") ? ATT_EARLY_FEW : !strcmp(ae, "all") ? ATT_EARLY_ALL : ATT_EARLY_NONE;
         h->att_np = an && an[0] == '4' ? 4 : 8;
-        if (gk && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
-            snprintf(err, err_len, "PLUMB_CUDA_GEMM wants reg, i8 or f16 (the batch GEMM: F16 tensor cores on weights dequantized in registers, "
-                                   "int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
+        if (gk && strcmp(gk, "wg") && strcmp(gk, "reg") && strcmp(gk, "i8") && strcmp(gk, "f16")) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM wants wg, reg, i8 or f16 (the batch GEMM: Hopper warpgroup MMAs or F16 tensor cores on weights "
+                                   "dequantized in registers, int8 tensor cores on the quants, or F16 on tiles dequantized in shared memory)");
             goto fail;
         }
-        h->gemm_kind = !gk || !strcmp(gk, "reg") ? GEMM_REG : !strcmp(gk, "i8") ? GEMM_I8 : GEMM_F16;
+        /* wg: the default where the device runs it (decided below, after the probe) */
+        h->gemm_kind = !gk || !strcmp(gk, "wg") ? GEMM_WG : !strcmp(gk, "reg") ? GEMM_REG : !strcmp(gk, "i8") ? GEMM_I8 : GEMM_F16;
+        const char *wt = getenv("PLUMB_CUDA_WG_TILE");
+        if (wt) {
+            int wg, bn, nbk, fr;
+            if (sscanf(wt, "%dx%dx%dx%d", &wg, &bn, &nbk, &fr) != 4 || wg < 1 || wg > 9 || bn < 8 || bn > 256 || nbk < 1 || nbk > 9 || fr < 1 ||
+                fr > 9 || !gemm_wg_tile_known(h->wg_tile = WGM_CODE(wg, bn, nbk, fr))) {
+                snprintf(err, err_len, "PLUMB_CUDA_WG_TILE wants WGxBNxNBxFR, one of the built shapes (%s)", WGM_NAMES);
+                goto fail;
+            }
+        }
         const char *rt = getenv("PLUMB_CUDA_GEMM_RTILE"), *gs = getenv("PLUMB_CUDA_GEMM_SPLITS");
         if (rt) {
             int wm, mt, nt, nbk, ks;
@@ -2449,6 +2759,21 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
     h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "all") ? 2 : 1; /* all: batches too */
+    if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
+        int *dflag = NULL;
+        CHECK(cudaMalloc(&dflag, sizeof(int)), "probing the GPU");
+        k_wgmma_probe<<<1, 1>>>(dflag);
+        cudaError_t pe = cudaMemcpy(&h->wgmma, dflag, sizeof(int), cudaMemcpyDeviceToHost);
+        cudaFree(dflag);
+        CHECK(pe, "probing the GPU");
+    }
+    if (h->gemm_kind == GEMM_WG && !h->wgmma) {
+        if (getenv("PLUMB_CUDA_GEMM")) {
+            snprintf(err, err_len, "PLUMB_CUDA_GEMM=wg needs a Hopper GPU (compute capability 9.0) and the plugin's sm_90a code; this device has %d.x", major);
+            goto fail;
+        }
+        h->gemm_kind = GEMM_REG;
+    }
     if (getenv("PLUMB_CUDA_KPROF") && strcmp(getenv("PLUMB_CUDA_KPROF"), "0")) {
         h->kp_ev = (cudaEvent_t *)calloc(2 * KPROF_MAX, sizeof(cudaEvent_t));
         h->kp_fn = (const void **)calloc(KPROF_MAX, sizeof(void *));
@@ -2652,13 +2977,31 @@ static cudaError_t gemm_r_allow_smem_one() {
     return e;
 }
 
+template <int TYPE, int WG, int BN, int NB, int FR>
+static cudaError_t gemm_wg_allow_smem_one() {
+    typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
+    cudaError_t e = cudaFuncSetAttribute(k_gemm_wg<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_gemm_wg<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    return e;
+}
+
+static int gemm_wg_tile_known(int tile) {
+#define WGM_KNOWN(WG, BN, NB, FR) if (tile == WGM_CODE(WG, BN, NB, FR)) return 1;
+    WGM_CONFIGS(WGM_KNOWN)
+#undef WGM_KNOWN
+    return 0;
+}
+
 // the GEMMs' pipelines need more than the default 48 KiB of shared memory
 static cudaError_t gemm_allow_smem() {
 #define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
 #define GR_ALLOW(WM, MT, NT, NB, KS) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB, KS>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB, KS>(),
-    const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW)
+#define WGM_ALLOW(WG, BN, NB, FR) gemm_wg_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wg_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),
+    const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW) WGM_CONFIGS(WGM_ALLOW)
 #undef GI_ALLOW
 #undef GR_ALLOW
+#undef WGM_ALLOW
                              gemm_allow_smem_one<TYPE_Q4_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q8_0, 1, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 2, 1>(), gemm_allow_smem_one<TYPE_Q8_0, 4, 1>(),
                              gemm_allow_smem_one<TYPE_Q4_0, 2, 2>(), gemm_allow_smem_one<TYPE_Q4_0, 4, 2>(),
@@ -2738,6 +3081,59 @@ static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, 
         finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
 
+/* k splits of a wgmma GEMM of `blocks` output tiles over `chunks` slices,
+ * `occ` blocks resident a multiprocessor: the busiest multiprocessor's
+ * slices (waves of num_sms x occ blocks, each taking occ slice-times) x
+ * slice_us, plus for s > 1 the partial sums (~2 us and s x n x rows floats
+ * read at ~2.5 MB a microsecond, as measured for k_gemm_r). */
+static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, int rows, double slice_us, int *cps) {
+    int best = 1;
+    double best_cost = -1;
+    const long slots = (long)h->num_sms * occ;
+    for (int s = 1; s <= 8; s++) {
+        const int per = (chunks + s - 1) / s;
+        if (s > 1 && (per < 2 || (size_t)s * n * rows > h->partial_elems)) break;
+        double cost = (double)((blocks * (long)s + slots - 1) / slots) * occ * per * slice_us;
+        if (s > 1) cost += 2.0 + (double)s * n * rows * 4 / 2.5e6;
+        if (best_cost < 0 || cost < best_cost - 1e-9) best = s, best_cost = cost;
+    }
+    if (h->gemm_splits) best = h->gemm_splits;
+    while (best > 1 && (size_t)best * n * rows > h->partial_elems) best--;
+    *cps = (chunks + best - 1) / best;
+    return (chunks + *cps - 1) / *cps;
+}
+
+template <int TYPE, int WG, int BN, int NB, int FR>
+static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
+    const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, BN);
+    const int occ_smem = 227 * 1024 / (L::BYTES + 1024), occ_threads = 2048 / L::THREADS;
+    const int occ = occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
+    /* a slice-time: its MMAs at ~5 TFLOP/s a multiprocessor (about 2/3 of the tensor cores' peak) */
+    const double slice_us = 2.0 * L::BM * BN * L::KC / 5e6;
+    int cps;
+    const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, (W->cols / QK + NB - 1) / NB, n, W->rows, slice_us, &cps);
+    /* the activations' descriptor (bytes / 16): the next 8 tokens are an atom (1024 bytes) on; the leading stride
+     * is unused (a k16 step stays inside a 128-byte row); 128-byte swizzle (mode 1 in bits 62-63) */
+    const unsigned long long lbo_sbo = (1ull << 16) | ((1024ull / 16) << 32) | (1ull << 62);
+    launch(h, k_gemm_wg<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
+           (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (uint64_t)lbo_sbo);
+    if (splits > 1)
+        finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
+}
+
+/* block shape: wg_tile (PLUMB_CUDA_WG_TILE) or by batch size: two
+ * warpgroups (128 rows) by 32, 64 or 128 tokens, slices of 4 blocks, all 4
+ * blocks' fragments in flight */
+template <int TYPE>
+static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
+    const int tile = h->wg_tile ? h->wg_tile : n <= 32 ? WGM_CODE(2, 32, 4, 4) : n <= 64 ? WGM_CODE(2, 64, 4, 4) : WGM_CODE(2, 128, 4, 4);
+#define WGM_LAUNCH(WG, BN, NB, FR) \
+    if (tile == WGM_CODE(WG, BN, NB, FR)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR>(h, W, n, y, ldy, accumulate);
+    WGM_CONFIGS(WGM_LAUNCH)
+#undef WGM_LAUNCH
+}
+
 /* block shape: gemm_r_tile (PLUMB_CUDA_GEMM_RTILE) or by batch size: token
  * tiles of 16, 32 or 64, four warps of 32 rows */
 template <int TYPE>
@@ -2811,6 +3207,8 @@ static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumu
     }
     else if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_WG) launch_gemm_wg<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && h->gemm_kind == GEMM_WG) launch_gemm_wg<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && h->gemm_kind == GEMM_REG) launch_gemm_r<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_I8) launch_gemm_i8<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
