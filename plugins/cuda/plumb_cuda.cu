@@ -3122,12 +3122,16 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
         finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
 
-/* block shape: wg_tile (PLUMB_CUDA_WG_TILE) or by batch size: two
- * warpgroups (128 rows) by 32, 64 or 128 tokens, slices of 4 blocks, all 4
- * blocks' fragments in flight */
+/* block shape: wg_tile (PLUMB_CUDA_WG_TILE) or by batch size: up to 32
+ * tokens two warpgroups (128 rows) by 32 tokens, above that four (256 rows)
+ * by 64 tokens, slices of 4 blocks, all 4 blocks' fragments in flight.
+ * Measured on the H200 side by side (bench/results/gpu/v13-wgmma.md): 256
+ * rows read each activation slice from L2 half as often as 128, which is
+ * what bound the 128-row shapes (7B batch 64: 8662 vs 8460 tok/s; prefill in
+ * 64-token tiles 10229 vs 9912 tok/s with 128-token tiles). */
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->wg_tile ? h->wg_tile : n <= 32 ? WGM_CODE(2, 32, 4, 4) : n <= 64 ? WGM_CODE(2, 64, 4, 4) : WGM_CODE(2, 128, 4, 4);
+    const int tile = h->wg_tile ? h->wg_tile : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(4, 64, 4, 4);
 #define WGM_LAUNCH(WG, BN, NB, FR) \
     if (tile == WGM_CODE(WG, BN, NB, FR)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR>(h, W, n, y, ldy, accumulate);
     WGM_CONFIGS(WGM_LAUNCH)
