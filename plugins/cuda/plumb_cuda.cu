@@ -148,6 +148,7 @@ struct handle {
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_WG (wg), GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
     int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
+    int wg_small;                              // PLUMB_CUDA_WG_SMALL=N: steps of N to MATVEC_MAX_N tokens take the wgmma GEMM (0: the matrix-vector kernels)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
     int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
     int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
@@ -1266,6 +1267,11 @@ __device__ __forceinline__ uint64_t wg_desc(const void *p, uint64_t lbo_sbo) {
     return (uint64_t)(((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | lbo_sbo;
 }
 template <int BN> __device__ __forceinline__ void wg_mma(float (&d)[BN / 2], const uint32_t a[4], uint64_t desc);
+template <> __device__ __forceinline__ void wg_mma<8>(float (&d)[4], const uint32_t a[4], uint64_t desc) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 1, 1, 1, 0;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 template <> __device__ __forceinline__ void wg_mma<32>(float (&d)[16], const uint32_t a[4], uint64_t desc) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
@@ -1445,8 +1451,8 @@ __global__ void k_wgmma_probe(int *out) {
 
 // the wgmma GEMM's block shapes: warpgroups (64 rows each), tokens, blocks of k per slice
 // and blocks' fragments in flight
-#define WGM_CONFIGS(X) X(2, 32, 4, 4) X(2, 64, 4, 2) X(2, 64, 4, 4) X(2, 64, 8, 4) X(3, 64, 4, 4) X(4, 64, 4, 2) X(4, 64, 4, 4) X(2, 128, 4, 4) X(4, 128, 4, 2)
-#define WGM_NAMES "2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2"
+#define WGM_CONFIGS(X) X(2, 8, 4, 4) X(4, 8, 4, 4) X(2, 32, 4, 4) X(2, 64, 4, 2) X(2, 64, 4, 4) X(2, 64, 8, 4) X(3, 64, 4, 4) X(4, 64, 4, 2) X(4, 64, 4, 4) X(2, 128, 4, 4) X(4, 128, 4, 2)
+#define WGM_NAMES "2x8x4x4, 4x8x4x4, 2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2"
 #define WGM_CODE(WG, BN, NB, FR) (WG * 100000 + BN * 100 + NB * 10 + FR)
 
 // cos/sin of each token's rotary angles, in double like the host.
@@ -2707,7 +2713,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         /* wg: the default where the device runs it (decided below, after the probe) */
         h->gemm_kind = !gk || !strcmp(gk, "wg") ? GEMM_WG : !strcmp(gk, "reg") ? GEMM_REG : !strcmp(gk, "i8") ? GEMM_I8 : GEMM_F16;
-        const char *wt = getenv("PLUMB_CUDA_WG_TILE");
+        const char *wt = getenv("PLUMB_CUDA_WG_TILE"), *wsm = getenv("PLUMB_CUDA_WG_SMALL");
+        if (wsm && (sscanf(wsm, "%d", &h->wg_small) != 1 || h->wg_small < 0 || h->wg_small > MATVEC_MAX_N)) {
+            snprintf(err, err_len, "PLUMB_CUDA_WG_SMALL wants 0 to %d (steps of that many tokens or more, up to %d, take the wgmma GEMM; 0: never)",
+                     MATVEC_MAX_N, MATVEC_MAX_N);
+            goto fail;
+        }
         if (wt) {
             int wg, bn, nbk, fr;
             if (sscanf(wt, "%dx%dx%dx%d", &wg, &bn, &nbk, &fr) != 4 || wg < 1 || wg > 9 || bn < 8 || bn > 256 || nbk < 1 || nbk > 9 || fr < 1 ||
@@ -2865,9 +2876,16 @@ fail:
     return NULL;
 }
 
+// a decode-sized step (n <= MATVEC_MAX_N) that takes the wgmma GEMM instead
+// of the matrix-vector kernels (PLUMB_CUDA_WG_SMALL: from that many tokens)
+static int small_wg(const handle *h, const dmat *W, int n) {
+    return h->gemm_kind == GEMM_WG && h->wg_small && n >= h->wg_small && n <= MATVEC_MAX_N && (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0);
+}
+
 // activation format a product of W over n tokens reads
 static int act_fmt(const handle *h, const dmat *W, int n) {
     if (W->type == TYPE_Q4_K) return n <= MATVEC_MAX_N ? ACT_Q8 : ACT_F16; /* matrix-vector kernel, or cuBLAS on the dequantized matrix */
+    if (small_wg(h, W, n)) return ACT_F16;
     return (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && (n <= MATVEC_MAX_N || h->gemm_kind == GEMM_I8) ? ACT_Q8 : ACT_F16;
 }
 static int group_fmt(const handle *h, const dmat *W, int count, int n) {
@@ -3131,7 +3149,7 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
  * 64-token tiles 10229 vs 9912 tok/s with 128-token tiles). */
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->wg_tile ? h->wg_tile : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(4, 64, 4, 4);
+    const int tile = h->wg_tile ? h->wg_tile : n <= 8 ? WGM_CODE(2, 8, 4, 4) : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(4, 64, 4, 4);
 #define WGM_LAUNCH(WG, BN, NB, FR) \
     if (tile == WGM_CODE(WG, BN, NB, FR)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR>(h, W, n, y, ldy, accumulate);
     WGM_CONFIGS(WGM_LAUNCH)
@@ -3209,6 +3227,8 @@ static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumu
             return -1;
         }
     }
+    else if (W->type == TYPE_Q4_0 && small_wg(h, W, n)) launch_gemm_wg<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
+    else if (W->type == TYPE_Q8_0 && small_wg(h, W, n)) launch_gemm_wg<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q8_0 && n <= MATVEC_MAX_N) launch_matvec<TYPE_Q8_0>(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_0 && h->gemm_kind == GEMM_WG) launch_gemm_wg<TYPE_Q4_0>(h, W, n, y, ldy, accumulate);
