@@ -50,9 +50,9 @@
 #          Q4_0 batch WG_BATCH (1,64) with each of WG_VARIANTS (GEMM[:WG_TILE], default "wg reg") in
 #          turn, WG_ROUNDS times (default 2), and per-kernel times of batch-64 steps
 #   small  decode-sized steps (2 to 8 tokens) on the wgmma GEMM instead of the matrix-vector kernels
-#          (PLUMB_CUDA_WG_SMALL=2): against the CPU at chunks of 4 and 8 (synthetic TinyLlama Q4_0/Q8_0,
-#          the real Q8_0 model), then 7B and TinyLlama Q4_0 batch 2/4/8 with it off (0) and on (2)
-#          alternating, SMALL_ROUNDS times (default 1)
+#          (PLUMB_CUDA_WG_SMALL=SMALL_CHECK, default 2; "default" leaves it unset): against the CPU at chunks
+#          of 4 and 8 (synthetic TinyLlama Q4_0/Q8_0, the real Q8_0 model), then 7B and TinyLlama Q4_0 batch
+#          SMALL_BATCH (2,4,8) with each of SMALL_SETTINGS (default "0 2") in turn, SMALL_ROUNDS times (1)
 #   gemmbench  every batch GEMM variant timed on the 7B Q4_0 and TinyLlama Q8_0 matrices
 #          (PLUMB_CUDA_GEMMBENCH, token counts GEMMBENCH_N, default 16,32,64)
 #   q4k    Q4_K weights on the GPU: synthetic TinyLlama Q4_K against the CPU (greedy ids;
@@ -378,17 +378,18 @@ small)
         for q in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $q)
             for c in 4 8; do
-                echo "== $q WG_SMALL=2 -c $c: $( (export PLUMB_CUDA_WG_SMALL=2; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q WG_SMALL=${SMALL_CHECK:-2} -c $c: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
             done
         done
-        echo "== TinyStories-656K Q8_0 WG_SMALL=2 -c 8: $( (export PLUMB_CUDA_WG_SMALL=2; compare "$S/models/TinyStories-656K-Q8_0.gguf" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        echo "== TinyStories-656K Q8_0 WG_SMALL=${SMALL_CHECK:-2} -c 8: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare "$S/models/TinyStories-656K-Q8_0.gguf" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
         for shape in llama2-7b tinyllama-1.1b; do
             m=$(model $shape q4_0)
             for r in $(seq ${SMALL_ROUNDS:-1}); do
-                for v in 0 2; do
+                for v in ${SMALL_SETTINGS:-0 2}; do
                     echo "== $shape round $r PLUMB_CUDA_WG_SMALL=$v"
-                    PLUMB_CUDA_WG_SMALL=$v PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 2,4,8 -p 128 -n 32 \
-                        --reps 3 --no-quality -o "$OUT/small-$shape-$v-$r" 2>&1 | grep -E "^\| |rror|plumb-cuda: decode|differing"
+                    ([ "$v" = default ] || export PLUMB_CUDA_WG_SMALL=$v
+                     PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 timeout 200 $P bench -m "$m" --backends cuda --ngl all -t $T --batch ${SMALL_BATCH:-2,4,8} -p 128 -n 32 \
+                        --reps 3 --no-quality -o "$OUT/small-$shape-$v-$r" 2>&1 | grep -E "^\| |rror|plumb-cuda: decode|differing")
                 done
             done
         done
