@@ -1264,8 +1264,14 @@ template <int R> __device__ __forceinline__ void wg_hold(float (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
-__device__ __forceinline__ uint64_t wg_desc(const void *p, uint64_t lbo_sbo) {
-    return (uint64_t)(((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | lbo_sbo;
+// A shared-memory matrix descriptor for wgmma of the activation tile at p
+// (address / 16 in bits 0-13): K-major with the 128-byte swizzle (mode 1 in
+// bits 62-63); the next 8 tokens are an atom (1024 bytes) on (stride / 16 in
+// bits 32-45); the leading stride (bits 16-29) is unused, a k16 step staying
+// inside a 128-byte row.
+__device__ __forceinline__ uint64_t wg_desc(const void *p) {
+    constexpr uint64_t layout = (1ull << 16) | ((1024ull / 16) << 32) | (1ull << 62);
+    return (uint64_t)(((unsigned)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | layout;
 }
 template <int BN> __device__ __forceinline__ void wg_mma(float (&d)[BN / 2], const uint32_t a[4], uint64_t desc);
 template <> __device__ __forceinline__ void wg_mma<8>(float (&d)[4], const uint32_t a[4], uint64_t desc) {
@@ -1301,7 +1307,7 @@ __device__ __forceinline__ uint32_t frag_word(const unsigned char *q, int tq) {
 template <int TYPE, int WG, int BN, int NB, int FR>
 __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                         const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
-                                                        float *partial, uint64_t lbo_sbo) {
+                                                        float *partial) {
 #ifdef HAVE_WGMMA
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
     constexpr int BM = L::BM, NTH = L::THREADS, WLD = L::WLD, ST = L::STAGES, KC = L::KC, QB = L::QB;
@@ -1414,7 +1420,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
 #pragma unroll
             for (int step = 0; step < 2; step++) { // k16 step 2b + step of the slice
                 const int ks = 2 * b + step;
-                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32, lbo_sbo));
+                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32));
             }
             wg_commit();
             wg_wait<FR - 1>(); // block b + 1 - FR's MMAs are done: its fragments may be overwritten
@@ -3139,11 +3145,8 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
     const double slice_us = 2.0 * L::BM * BN * L::KC / 5e6;
     int cps;
     const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, (W->cols / QK + NB - 1) / NB, n, W->rows, slice_us, &cps);
-    /* the activations' descriptor (bytes / 16): the next 8 tokens are an atom (1024 bytes) on; the leading stride
-     * is unused (a k16 step stays inside a 128-byte row); 128-byte swizzle (mode 1 in bits 62-63) */
-    const unsigned long long lbo_sbo = (1ull << 16) | ((1024ull / 16) << 32) | (1ull << 62);
     launch(h, k_gemm_wg<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
-           (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (uint64_t)lbo_sbo);
+           (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
         finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
