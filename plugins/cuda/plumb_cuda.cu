@@ -632,36 +632,110 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int valid)
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// The batch GEMMs' ST-stage cp.async pipeline over slices [c_begin, c_end):
-// issue_w(c) copies slice c's weights, issue_a(c) its activations, each into
-// stage c % ST. gemm_pipe_start fills the first ST - 1 stages (the weights
-// before waiting on the previous kernel, which they do not depend on; an
-// empty group keeps the count uniform); gemm_pipe_next, at the top of the
-// loop over c, waits for slice c and starts the copies of slice c + ST - 1
-// into the stage everyone has just finished with.
-template <int ST, typename IW, typename IA>
+template <int BYTES>
+__device__ __forceinline__ void cp_async_n(void *dst, const void *src, int valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
+}
+
+// The batch GEMMs' cp.async pipeline over slices [c_begin, c_end), AHEAD
+// slices in flight ahead of the one multiplied: issue_w(c) copies slice c's
+// weights, issue_a(c) its activations, each into stage c % (stages).
+// gemm_pipe_start issues the first AHEAD slices (the weights before waiting
+// on the previous kernel, which they do not depend on; an empty group keeps
+// the count uniform); gemm_pipe_next, at the top of the loop over c, waits
+// for slice c and starts the copies of slice c + AHEAD into the stage of
+// slice c + AHEAD - stages, which everyone has finished with: with AHEAD =
+// stages - 1 the slice just multiplied (its readers were this block's own
+// loads, done at the barrier); the wgmma GEMM, whose tensor-core reads of a
+// slice end only when waited for, keeps one stage more (AHEAD = stages - 2)
+// and makes the copies visible to those reads (ASYNC_READS: a proxy fence).
+template <int AHEAD, typename IW, typename IA>
 __device__ __forceinline__ void gemm_pipe_start(int c_begin, int c_end, IW issue_w, IA issue_a) {
     pdl_trigger();
 #pragma unroll
-    for (int s = 0; s < ST - 1; s++)
+    for (int s = 0; s < AHEAD; s++)
         if (c_begin + s < c_end) issue_w(c_begin + s);
     pdl_wait();
 #pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
+    for (int s = 0; s < AHEAD; s++) {
         if (c_begin + s < c_end) issue_a(c_begin + s);
         cp_async_commit();
     }
 }
-template <int ST, typename IW, typename IA>
+template <int AHEAD, bool ASYNC_READS = false, typename IW, typename IA>
 __device__ __forceinline__ void gemm_pipe_next(int c, int c_end, IW issue_w, IA issue_a) {
-    cp_async_wait<ST - 2>(); // this thread's copies of slice c have landed
-    __syncthreads();         // everyone's have; and slice c-1's stage is free
-    if (c + ST - 1 < c_end) {
-        issue_w(c + ST - 1);
-        issue_a(c + ST - 1);
+    cp_async_wait<AHEAD - 1>(); // this thread's copies of slice c have landed
+    if (ASYNC_READS) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // ... and are visible to the tensor cores' reads
+    __syncthreads();            // everyone's have; and the stage about to be refilled is free
+    if (c + AHEAD < c_end) {
+        issue_w(c + AHEAD);
+        issue_a(c + AHEAD);
     }
     cp_async_commit();
 }
+
+// A thread's share of copying one slice of a block's BM rows of quants (16
+// bytes a copy, QB bytes a block, NB blocks a slice, rows WLD bytes apart in
+// the stage) and of their scales (a row's NB in one copy, at SCALES_AT in the
+// stage): the same pieces of every slice, one slice further along, so their
+// sources and destinations are worked out once (only those: the kernel's
+// arguments are passed to issue, not held). Copies of rows or blocks past
+// the end are zero-filled.
+template <int CPW, int NTH, int BM, int QB, int NB, int WLD, int SCALES_AT>
+struct quant_copies {
+    static constexpr int PER_ROW = QB * NB / 16; // 16-byte copies a row
+    const uint8_t *src[CPW];
+    int dst[CPW], kb[CPW], srow; // kb: the copy's block within its slice, -1: no such copy; srow: this thread copies a row's scales
+    __device__ __forceinline__ quant_copies(const uint8_t *qs, int rows, int k, int r0) {
+        const size_t qrow = QB == 16 ? (size_t)k / 2 : (size_t)k; /* Q4_0: two values a byte */
+#pragma unroll
+        for (int j = 0; j < CPW; j++) {
+            const int i = threadIdx.x + j * NTH, row = i / PER_ROW, part = i % PER_ROW;
+            const int ok = i < BM * PER_ROW && r0 + row < rows;
+            src[j] = ok ? qs + (size_t)(r0 + row) * qrow + part * 16 : qs;
+            dst[j] = row * WLD + part * 16;
+            kb[j] = ok ? part * 16 / QB : -1;
+        }
+        srow = threadIdx.x < BM && r0 + (int)threadIdx.x < rows;
+    }
+    // slice c -> stage st (qs, wd, dstride, r0: the kernel's; nkb: blocks of a row)
+    __device__ __forceinline__ void issue(unsigned char *st, int c, const uint8_t *qs, const __half *wd, int dstride, int r0, int nkb) const {
+#pragma unroll
+        for (int j = 0; j < CPW; j++) {
+            if (j * NTH + (int)threadIdx.x >= BM * PER_ROW) break;
+            const int ok = kb[j] >= 0 && c * NB + kb[j] < nkb;
+            cp_async_n<16>(st + dst[j], ok ? src[j] + (size_t)c * QB * NB : qs, ok);
+        }
+        // the NB scales of a row in one copy: scale rows are padded (with zeros) to a multiple of 8
+        if (threadIdx.x < BM)
+            cp_async_n<2 * NB>(st + SCALES_AT + threadIdx.x * 2 * NB, srow ? wd + (size_t)(r0 + threadIdx.x) * dstride + c * NB : wd, srow);
+    }
+};
+
+// A thread's share of copying one slice of a block's tokens' F16 activations
+// (KC values a token a slice, 16 bytes a copy, CPA copies at most): set(j, ..)
+// places copy j (the kernel's layout), issue(st, c, ..) copies slice c.
+template <int CPA, int NTH, int TOTAL, int KC>
+struct act_copies {
+    const __half *src[CPA];
+    int dst[CPA], col[CPA]; // col: the copy's first value within its slice; -1: no such copy
+    __device__ __forceinline__ void set(int j, int ok, const __half *from, int to, int first, const __half *A) {
+        src[j] = ok ? from : A;
+        dst[j] = to;
+        col[j] = ok ? first : -1;
+    }
+    // slice c -> stage st (A, k: the kernel's activations and their row length)
+    __device__ __forceinline__ void issue(unsigned char *st, int c, const __half *A, int k) const {
+#pragma unroll
+        for (int j = 0; j < CPA; j++) {
+            if (j * NTH + (int)threadIdx.x >= TOTAL) break;
+            const int ok = col[j] >= 0 && c * KC + col[j] < k;
+            cp_async_n<16>(st + dst[j], ok ? src[j] + (size_t)c * KC : A, ok);
+        }
+    }
+};
 
 // One result of a batch GEMM: its split's partial sum, or C (+)= v.
 __device__ __forceinline__ void gemm_put(float v, int t, int r, int n, int rows, float *C, int ldc, int accumulate, float *partial) {
@@ -752,10 +826,10 @@ __global__ void __launch_bounds__(256) k_gemm_q(const uint8_t *__restrict__ qs, 
     for (int m = 0; m < MA; m++)
 #pragma unroll
         for (int j = 0; j < NF; j++) wmma::fill_fragment(acc[m][j], 0.0f);
-    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
+    gemm_pipe_start<ST - 1>(c_begin, c_end, issue_w, issue_a);
     __half *myW = sW + warp * WR * GM_LD;
     for (int c = c_begin; c < c_end; c++) {
-        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
+        gemm_pipe_next<ST - 1>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
 #pragma unroll
         for (int m = 0; m < MA; m++) { // dequantize: lane -> (row lane/2, block lane&1) of each 16 rows of this warp
@@ -869,13 +943,6 @@ struct gemm_i8_smem {
     static constexpr int BYTES = STAGES * STAGE;
 };
 
-template <int BYTES>
-__device__ __forceinline__ void cp_async_n(void *dst, const void *src, int valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if (BYTES == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
-}
-
 __device__ __forceinline__ void mma_s8(int c[4], const int a[4], int b0, int b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
@@ -931,9 +998,9 @@ __global__ void __launch_bounds__(32 * WM * WN * KS, MB) k_gemm_i8(const uint8_t
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
-    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
+    gemm_pipe_start<ST - 1>(c_begin, c_end, issue_w, issue_a);
     for (int c = c_begin; c < c_end; c++) {
-        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
+        gemm_pipe_next<ST - 1>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
         const __half *swd = (const __half *)(st + L::STAGE_W);
@@ -1093,61 +1160,24 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
                                                         float *partial) {
     typedef gemm_r_smem<TYPE, WM, MT, NT, NB, KS> L;
     constexpr int BM = L::BM, BN = L::BN, NTH = L::THREADS, WLD = L::WLD, ALD = L::ALD, ST = L::STAGES, KC = L::KC, QB = L::QB;
-    constexpr int PER_ROW = QB * NB / 16, PER_TOK = KC / 8; // 16-byte copies a row of quants, a token's activations
+    constexpr int PER_TOK = KC / 8; // 16-byte copies of a token's activations
     static_assert(NB % KS == 0, "the warp groups split a slice's blocks evenly");
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int wm = warp % WM, kg = warp / WM; // kg: which group of warps (each takes NB / KS blocks of a slice)
     const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
-    // Each thread's copies are the same pieces of every slice, one slice
-    // further along: their sources and destinations are worked out once.
-    const uint8_t *wsrc[L::CPW];
-    int wdst[L::CPW], wkb[L::CPW]; // wkb: the copy's block within its slice; -1: no such copy (rows past the end too)
+    const quant_copies<L::CPW, NTH, BM, QB, NB, WLD, L::STAGE_W> wq(qs, rows, k, r0);
+    act_copies<L::CPA, NTH, BN * PER_TOK, KC> aq;
 #pragma unroll
-    for (int j = 0; j < L::CPW; j++) {
-        const int i = threadIdx.x + j * NTH, row = i / PER_ROW, part = i % PER_ROW;
-        const int ok = i < BM * PER_ROW && r0 + row < rows;
-        wsrc[j] = ok ? qs + (size_t)(r0 + row) * qrow + part * 16 : qs;
-        wdst[j] = row * WLD + part * 16;
-        wkb[j] = ok ? part * 16 / QB : -1;
-    }
-    const __half *asrc[L::CPA];
-    int adst[L::CPA], acol[L::CPA]; // acol: the copy's first value within its slice; -1: no such copy
-#pragma unroll
-    for (int j = 0; j < L::CPA; j++) {
+    for (int j = 0; j < L::CPA; j++) { // token-major: a token's KC values, 16 bytes a copy, into its padded row
         const int i = threadIdx.x + j * NTH, tok = i / PER_TOK, part = i % PER_TOK;
-        const int ok = i < BN * PER_TOK && t0 + tok < n;
-        asrc[j] = ok ? A + (size_t)(t0 + tok) * k + part * 8 : A;
-        adst[j] = tok * ALD + part * 16;
-        acol[j] = ok ? part * 8 : -1;
+        aq.set(j, i < BN * PER_TOK && t0 + tok < n, A + (size_t)(t0 + tok) * k + part * 8, tok * ALD + part * 16, part * 8, A);
     }
-    const int srow = threadIdx.x < BM && r0 + (int)threadIdx.x < rows; // this thread copies a row's scales
-
-    auto issue_w = [&](int c) { // slice c's quants and scales -> stage c % ST
-        unsigned char *st = smem + (c % ST) * L::STAGE;
-#pragma unroll
-        for (int j = 0; j < L::CPW; j++) {
-            if (j * NTH + (int)threadIdx.x >= BM * PER_ROW) break;
-            const int ok = wkb[j] >= 0 && c * NB + wkb[j] < nkb;
-            cp_async_n<16>(st + wdst[j], ok ? wsrc[j] + (size_t)c * QB * NB : qs, ok);
-        }
-        // the NB scales of a row in one copy: scale rows are padded (with zeros) to a multiple of 8
-        if (threadIdx.x < BM)
-            cp_async_n<2 * NB>(st + L::STAGE_W + threadIdx.x * 2 * NB, srow ? wd + (size_t)(r0 + threadIdx.x) * dstride + c * NB : wd, srow);
-    };
-    auto issue_a = [&](int c) { // slice c's activations: BN tokens x KC halves
-        unsigned char *st = smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD;
-#pragma unroll
-        for (int j = 0; j < L::CPA; j++) {
-            if (j * NTH + (int)threadIdx.x >= BN * PER_TOK) break;
-            const int ok = acol[j] >= 0 && c * KC + acol[j] < k;
-            cp_async_n<16>(st + adst[j], ok ? asrc[j] + (size_t)c * KC : A, ok);
-        }
-    };
+    auto issue_w = [&](int c) { wq.issue(smem + (c % ST) * L::STAGE, c, qs, wd, dstride, r0, nkb); }; // slice c's quants and scales -> stage c % ST
+    auto issue_a = [&](int c) { aq.issue(smem + (c % ST) * L::STAGE + L::STAGE_W + L::STAGE_WD, c, A, k); }; // its activations
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -1156,9 +1186,9 @@ __global__ void __launch_bounds__(32 * WM * KS, 16 / (WM * KS) > 0 ? 16 / (WM * 
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][j][e] = 0;
-    gemm_pipe_start<ST>(c_begin, c_end, issue_w, issue_a);
+    gemm_pipe_start<ST - 1>(c_begin, c_end, issue_w, issue_a);
     for (int c = c_begin; c < c_end; c++) {
-        gemm_pipe_next<ST>(c, c_end, issue_w, issue_a);
+        gemm_pipe_next<ST - 1>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const unsigned char *sw = st, *sa = st + L::STAGE_W + L::STAGE_WD;
         const __half *swd = (const __half *)(st + L::STAGE_W);
@@ -1311,7 +1341,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
 #ifdef HAVE_WGMMA
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
     constexpr int BM = L::BM, NTH = L::THREADS, WLD = L::WLD, ST = L::STAGES, KC = L::KC, QB = L::QB;
-    constexpr int PER_ROW = QB * NB / 16, PLANES = KC / 8; // 16-byte copies a row of quants; 8-value pieces of a token's slice
+    constexpr int PLANES = KC / 8; // 8-value pieces of a token's slice
     static_assert(ST >= 3, "a slice's copies go two stages back");
     static_assert(KC % 64 == 0, "slices are whole 64-value swizzle atoms");
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
@@ -1320,78 +1350,28 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
-    const size_t qrow = TYPE == TYPE_Q4_0 ? (size_t)k / 2 : (size_t)k;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
 
-    const uint8_t *wsrc[L::CPW];
-    int wdst[L::CPW], wkb[L::CPW]; // wkb: the copy's block within its slice; -1: no such copy
+    const quant_copies<L::CPW, NTH, BM, QB, NB, WLD, L::STAGE_W> wq(qs, rows, k, r0);
+    act_copies<L::CPA, NTH, BN * PLANES, KC> aq;
 #pragma unroll
-    for (int j = 0; j < L::CPW; j++) {
-        const int i = threadIdx.x + j * NTH, row = i / PER_ROW, part = i % PER_ROW;
-        const int ok = i < BM * PER_ROW && r0 + row < rows;
-        wsrc[j] = ok ? qs + (size_t)(r0 + row) * qrow + part * 16 : qs;
-        wdst[j] = row * WLD + part * 16;
-        wkb[j] = ok ? part * 16 / QB : -1;
-    }
-    // activations: thread pairs copy 32 contiguous bytes of a token (planes 2p, 2p + 1)
-    const __half *asrc[L::CPA];
-    int adst[L::CPA], acol[L::CPA]; // acol: the copy's first value within its slice; -1: no such copy
-#pragma unroll
-    for (int j = 0; j < L::CPA; j++) {
+    for (int j = 0; j < L::CPA; j++) { // thread pairs copy 32 contiguous bytes of a token (pieces 2p, 2p + 1), each to its swizzled place
         const int i = threadIdx.x + j * NTH, tok = (i >> 1) % BN, plane = (i >> 1) / BN * 2 + (i & 1);
-        const int ok = i < BN * PLANES && t0 + tok < n;
-        asrc[j] = ok ? A + (size_t)(t0 + tok) * k + plane * 8 : A;
-        adst[j] = (plane >> 3) * BN * 128 + tok * 128 + (((plane & 7) ^ (tok & 7)) << 4);
-        acol[j] = ok ? plane * 8 : -1;
+        aq.set(j, i < BN * PLANES && t0 + tok < n, A + (size_t)(t0 + tok) * k + plane * 8,
+               (plane >> 3) * BN * 128 + tok * 128 + (((plane & 7) ^ (tok & 7)) << 4), plane * 8, A);
     }
-    const int srow = threadIdx.x < BM && r0 + (int)threadIdx.x < rows;
-
-    auto issue_w = [&](int c) {
-        unsigned char *st = smem + (c % ST) * L::STAGE;
-#pragma unroll
-        for (int j = 0; j < L::CPW; j++) {
-            if (j * NTH + (int)threadIdx.x >= BM * PER_ROW) break;
-            const int ok = wkb[j] >= 0 && c * NB + wkb[j] < nkb;
-            cp_async_n<16>(st + wdst[j], ok ? wsrc[j] + (size_t)c * QB * NB : qs, ok);
-        }
-        if (threadIdx.x < BM)
-            cp_async_n<2 * NB>(st + L::STAGE_W + threadIdx.x * 2 * NB, srow ? wd + (size_t)(r0 + threadIdx.x) * dstride + c * NB : wd, srow);
-    };
-    auto issue_a = [&](int c) {
-        unsigned char *st = smem + (c % ST) * L::STAGE + L::A_AT;
-#pragma unroll
-        for (int j = 0; j < L::CPA; j++) {
-            if (j * NTH + (int)threadIdx.x >= BN * PLANES) break;
-            const int ok = acol[j] >= 0 && c * KC + acol[j] < k;
-            cp_async_n<16>(st + adst[j], ok ? asrc[j] + (size_t)c * KC : A, ok);
-        }
-    };
+    auto issue_w = [&](int c) { wq.issue(smem + (c % ST) * L::STAGE, c, qs, wd, dstride, r0, nkb); };
+    auto issue_a = [&](int c) { aq.issue(smem + (c % ST) * L::STAGE + L::A_AT, c, A, k); };
 
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
-    // ST - 2 slices in flight ahead of the one multiplied
-    pdl_trigger();
-#pragma unroll
-    for (int s = 0; s < ST - 2; s++)
-        if (c_begin + s < c_end) issue_w(c_begin + s);
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < ST - 2; s++) {
-        if (c_begin + s < c_end) issue_a(c_begin + s);
-        cp_async_commit();
-    }
+    // ST - 2 slices in flight ahead of the one multiplied: slice c - 2's MMAs are waited for (below) before its stage is refilled
+    gemm_pipe_start<ST - 2>(c_begin, c_end, issue_w, issue_a);
     const int wrow = warp * 16 + g; // this lane's first row in the block (warps of a warpgroup: 16 rows each, in order)
     for (int c = c_begin; c < c_end; c++) {
-        cp_async_wait<ST - 3>();                                  // this thread's copies of slice c have landed
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // ... and are visible to the MMAs' reads
-        __syncthreads();                                          // everyone's; and slice c - 2's MMAs are done (waited below)
-        if (c + ST - 2 < c_end) {
-            issue_w(c + ST - 2);
-            issue_a(c + ST - 2);
-        }
-        cp_async_commit();
+        gemm_pipe_next<ST - 2, true>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const __half *swd = (const __half *)(st + L::STAGE_W);
         const unsigned char *sa = st + L::A_AT;
