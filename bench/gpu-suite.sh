@@ -85,6 +85,9 @@ compare() { # model ctx chunks: KL etc. of -ngl all against the CPU's exact path
         { echo "CPU reference failed"; rm -f "$base"; return; }
     $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T -ngl all --kl "$base" 2>&1 | tail -4
 }
+compare_line() { # model ctx: compare's KL / top-1 (or error) lines joined into one
+    compare "$1" "$2" 2 | grep -E "KL|top|rror" | tr '\n' ' '
+}
 for part in ${PARTS:-check synth tiny 7b}; do
 case $part in
 check)
@@ -153,7 +156,7 @@ att)
         echo "== synthetic TinyLlama Q4_0: greedy ids, CPU vs GPU (attention loads earlier positions before waiting)"
         $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
         $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids"
-        for c in 8 64; do echo "-- -c $c: $(compare "$m" $c 2 | grep -E "KL|top|rror" | tr '\n' ' ')"; done
+        for c in 8 64; do echo "-- -c $c: $(compare_line "$m" $c)"; done
     } 2>&1 | tee "$OUT/att-check.txt"
     # the plugin before these changes (AB_PLUGIN), then PLUMB_CUDA_ATT_EARLY none / few (default) / all, twice
     for sh in llama2-7b tinyllama-1.1b; do
@@ -199,7 +202,7 @@ mv)
         for q in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $q)
             for v in 1 auto; do
-                echo "== synthetic TinyLlama $q, PLUMB_CUDA_MV_ROWS=$v, chunks of 8: $( (export PLUMB_CUDA_MV_ROWS=$v; compare "$m" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== synthetic TinyLlama $q, PLUMB_CUDA_MV_ROWS=$v, chunks of 8: $( (export PLUMB_CUDA_MV_ROWS=$v; compare_line "$m" 8))"
             done
         done
         for mm in stories260K.gguf TinyStories-656K-Q8_0.gguf; do
@@ -207,7 +210,7 @@ mv)
             $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids --exact 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-cpu.txt"
             PLUMB_CUDA_MV_ROWS=1 $P run -m "$S/models/$mm" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids" > "$OUT/ids-gpu.txt"
             cmp -s "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt" && echo "greedy ids identical" || { echo "greedy ids DIFFER"; cat "$OUT/ids-cpu.txt" "$OUT/ids-gpu.txt"; }
-            echo "-- -c 8: $( (export PLUMB_CUDA_MV_ROWS=1; compare "$S/models/$mm" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            echo "-- -c 8: $( (export PLUMB_CUDA_MV_ROWS=1; compare_line "$S/models/$mm" 8))"
         done
     } 2>&1 | tee "$OUT/mv-check.txt"
     for mq in llama2-7b:q4_0 tinyllama-1.1b:q8_0; do
@@ -280,7 +283,7 @@ tiles)
         m=$(model tinyllama-1.1b $q)
         for tile in $tiles; do
             for c in 40 64; do
-                echo "== $q $tile -c $c: $( (export PLUMB_CUDA_GEMM_TILE=$tile; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q $tile -c $c: $( (export PLUMB_CUDA_GEMM_TILE=$tile; compare_line "$m" $c))"
             done
         done
     done 2>&1 | tee "$OUT/tiles-check.txt"
@@ -304,15 +307,15 @@ reg)
         for q in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $q)
             for c in 12 24 40 64 100; do
-                echo "== $q reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare_line "$m" $c))"
             done
             for tile in ${RTILES:-4x2x8x4x1 4x2x8x4x4 4x2x8x8x2 4x2x2x4x4}; do
-                echo "== $q reg $tile -c 64: $( (export PLUMB_CUDA_GEMM=reg PLUMB_CUDA_GEMM_RTILE=$tile; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q reg $tile -c 64: $( (export PLUMB_CUDA_GEMM=reg PLUMB_CUDA_GEMM_RTILE=$tile; compare_line "$m" 64))"
             done
-            echo "== $q i8 -c 64: $( (export PLUMB_CUDA_GEMM=i8; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            echo "== $q i8 -c 64: $( (export PLUMB_CUDA_GEMM=i8; compare_line "$m" 64))"
         done
         for c in 16 64; do
-            echo "== TinyStories-656K Q8_0 reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare "$S/models/TinyStories-656K-Q8_0.gguf" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            echo "== TinyStories-656K Q8_0 reg -c $c: $( (export PLUMB_CUDA_GEMM=reg; compare_line "$S/models/TinyStories-656K-Q8_0.gguf" $c))"
         done
     } 2>&1 | tee "$OUT/reg-check.txt"
     m=$(model llama2-7b q4_0)
@@ -349,12 +352,12 @@ wg)
         for q in ${WG_CHECK_TYPES:-q4_0 q8_0}; do
             m=$(model tinyllama-1.1b $q)
             for c in ${WG_CHECK_CHUNKS:-12 24 40 64 100}; do
-                echo "== $q wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare_line "$m" $c))"
             done
-            echo "== $q reg -c 64: $( (export PLUMB_CUDA_GEMM=reg; compare "$m" 64 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            echo "== $q reg -c 64: $( (export PLUMB_CUDA_GEMM=reg; compare_line "$m" 64))"
         done
         for c in 16 64; do
-            echo "== TinyStories-656K Q8_0 wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare "$S/models/TinyStories-656K-Q8_0.gguf" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+            echo "== TinyStories-656K Q8_0 wg -c $c: $( (export PLUMB_CUDA_GEMM=wg; compare_line "$S/models/TinyStories-656K-Q8_0.gguf" $c))"
         done
     } 2>&1 | tee "$OUT/wg-check.txt"
     m=$(model llama2-7b q4_0)
@@ -378,10 +381,10 @@ small)
         for q in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $q)
             for c in 4 8; do
-                echo "== $q WG_SMALL=${SMALL_CHECK:-2} -c $c: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare "$m" $c 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+                echo "== $q WG_SMALL=${SMALL_CHECK:-2} -c $c: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare_line "$m" $c))"
             done
         done
-        echo "== TinyStories-656K Q8_0 WG_SMALL=${SMALL_CHECK:-2} -c 8: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare "$S/models/TinyStories-656K-Q8_0.gguf" 8 2) | grep -E "KL|top|rror" | tr '\n' ' ')"
+        echo "== TinyStories-656K Q8_0 WG_SMALL=${SMALL_CHECK:-2} -c 8: $( ([ "${SMALL_CHECK:-2}" = default ] || export PLUMB_CUDA_WG_SMALL=${SMALL_CHECK:-2}; compare_line "$S/models/TinyStories-656K-Q8_0.gguf" 8))"
         for shape in llama2-7b tinyllama-1.1b; do
             m=$(model $shape q4_0)
             for r in $(seq ${SMALL_ROUNDS:-1}); do
