@@ -1,9 +1,12 @@
 /* bench_kernels.c — matrix-vector throughput per weight type and kernel set,
  * against this machine's read bandwidth measured in the same run.
  *
- *   make bench-kernels && build/bench-kernels [rows cols [TYPES]]
+ *   make bench-kernels && build/bench-kernels [rows cols [TYPES [hot]]]
  *
  * TYPES is a comma-separated list of type names (e.g. q4_0,q8_0); default all.
+ * "hot" reads one copy of the matrix every rep: with a matrix that fits the
+ * cache (e.g. 256 x 2048) that is the kernel's arithmetic ceiling, which says
+ * whether a kernel short of the bandwidth limit is bound by its instructions.
  *
  * For each type: GB/s of weights streamed by plumb_matmul (one token) at 1
  * thread and all threads, as a fraction of the measured read bandwidth.
@@ -33,8 +36,8 @@ static int name_listed(const char *list, const char *name) {
 
 int main(int argc, char **argv) {
     const int rows = argc > 2 ? atoi(argv[1]) : 5632, cols = argc > 2 ? atoi(argv[2]) : 2048;
-    const int reps = 31, n_threads = omp_get_max_threads();
-    printf("# plumb kernel bench: %d x %d matrix-vector, %d reps, %s, cpu: %s\n", rows, cols, reps,
+    const int hot = argc > 4 && !strcmp(argv[4], "hot"), reps = hot ? 201 : 31, n_threads = omp_get_max_threads();
+    printf("# plumb kernel bench: %d x %d matrix-vector, %d reps%s, %s, cpu: %s\n", rows, cols, reps, hot ? " on one cache-resident copy" : "",
            plumb_kernels_active()->name, plumb_cpu_features());
     double bw1 = plumb_measure_read_bandwidth(1), bwn = plumb_measure_read_bandwidth(n_threads);
     printf("# read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", bw1 / 1e9, bwn / 1e9, n_threads);
@@ -47,7 +50,7 @@ int main(int argc, char **argv) {
         if (argc > 3 && !name_listed(argv[3], t->name)) continue;
         const size_t rb = plumb_type_row_bytes(types[ti], (uint64_t)cols), bytes = rb * (size_t)rows;
         /* 1 GiB of copies: well beyond the last-level cache */
-        const int copies = (int)(1.1e9 / (double)bytes) + 2 > 256 ? 256 : (int)(1.1e9 / (double)bytes) + 2;
+        const int copies = hot ? 1 : (int)(1.1e9 / (double)bytes) + 2 > 256 ? 256 : (int)(1.1e9 / (double)bytes) + 2;
         uint8_t *w = malloc(bytes * (size_t)copies);
         float *row = malloc(sizeof(float) * (size_t)cols), *x = malloc(sizeof(float) * (size_t)cols),
               *y = malloc(sizeof(float) * (size_t)rows);

@@ -1,12 +1,13 @@
-/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0, Q4_K, Q5_K and
- * Q6_K used by the fast matrix-vector kernels.
+/* repack.c — the 8-row interleaved layouts of Q8_0, Q4_0, Q4_1, Q4_K, Q5_K
+ * and Q6_K used by the fast matrix-vector kernels.
  *
  * A group of 8 consecutive rows is stored block by block. For block b:
  *   d[8]            the 8 rows' fp16 scales (one 128-bit load -> 8 floats)
+ *   m[8]            Q4_1 only: the 8 rows' fp16 minimums
  *   quants          in steps of 4 bytes per row: step s holds bytes 4s..4s+3
  *                   of row 0, then of row 1, ... row 7 (32 bytes per step)
- * Q8_0 has 8 steps (32 signed bytes per row); Q4_0 has 4 (16 bytes of packed
- * nibbles per row, low nibble = element j, high = element j+16). A SIMD
+ * Q8_0 has 8 steps (32 signed bytes per row); Q4_0 and Q4_1 have 4 (16 bytes
+ * of packed nibbles per row, low nibble = element j, high = element j+16). A SIMD
  * lane k then always holds row k, so one multiply-add instruction advances
  * eight dot products at once and no horizontal sums are needed. */
 #include <string.h>
@@ -62,12 +63,16 @@ static void k_move(uint32_t type, uint8_t *g, uint8_t *b, int r, int unpack) {
 
 static int k_type(uint32_t type) { return type == PLUMB_TYPE_Q4_K || type == PLUMB_TYPE_Q5_K || type == PLUMB_TYPE_Q6_K; }
 
-int plumb_repack8_supported(uint32_t type) { return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || k_type(type); }
+int plumb_repack8_supported(uint32_t type) {
+    return type == PLUMB_TYPE_Q8_0 || type == PLUMB_TYPE_Q4_0 || type == PLUMB_TYPE_Q4_1 || k_type(type);
+}
 
-/* bytes of quants per row in one block, and the block size in bytes */
-static void layout(uint32_t type, int *qbytes, int *bsize) {
+/* bytes of quants per row in one block, the block size in bytes, and the
+ * fp16 header fields a block starts with (d; Q4_1: d and m) */
+static void layout(uint32_t type, int *qbytes, int *bsize, int *halves) {
     *qbytes = type == PLUMB_TYPE_Q8_0 ? QK8_0 : QK4_0 / 2;
-    *bsize = type == PLUMB_TYPE_Q8_0 ? (int)sizeof(block_q8_0) : (int)sizeof(block_q4_0);
+    *bsize = type == PLUMB_TYPE_Q8_0 ? (int)sizeof(block_q8_0) : type == PLUMB_TYPE_Q4_1 ? (int)sizeof(block_q4_1) : (int)sizeof(block_q4_0);
+    *halves = type == PLUMB_TYPE_Q4_1 ? 2 : 1;
 }
 
 void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t cols, uint8_t *dst) {
@@ -77,15 +82,16 @@ void plumb_repack8(uint32_t type, const uint8_t *src, size_t row_bytes, int64_t 
             for (int r = 0; r < 8; r++) k_move(type, dst + (size_t)i * 8 * bs, (uint8_t *)src + (size_t)r * row_bytes + (size_t)i * bs, r, 0);
         return;
     }
-    int qb, bs;
-    layout(type, &qb, &bs);
+    int qb, bs, hv;
+    layout(type, &qb, &bs, &hv);
     const int64_t nb = cols / 32;
     for (int64_t b = 0; b < nb; b++) {
-        for (int r = 0; r < 8; r++) memcpy(dst + 2 * r, src + (size_t)r * row_bytes + (size_t)b * (size_t)bs, 2);
-        uint8_t *q = dst + 16;
+        for (int f = 0; f < hv; f++)
+            for (int r = 0; r < 8; r++) memcpy(dst + 16 * f + 2 * r, src + (size_t)r * row_bytes + (size_t)b * (size_t)bs + 2 * f, 2);
+        uint8_t *q = dst + 16 * hv;
         for (int s = 0; s < qb / 4; s++)
-            for (int r = 0; r < 8; r++, q += 4) memcpy(q, src + (size_t)r * row_bytes + (size_t)b * (size_t)bs + 2 + 4 * s, 4);
-        dst += 16 + 8 * qb;
+            for (int r = 0; r < 8; r++, q += 4) memcpy(q, src + (size_t)r * row_bytes + (size_t)b * (size_t)bs + 2 * hv + 4 * s, 4);
+        dst += 16 * hv + 8 * qb;
     }
 }
 
@@ -96,13 +102,13 @@ static void unpack_row(uint32_t type, const uint8_t *src, int64_t cols, int r, u
         for (int64_t i = 0; i < cols / QK_K; i++) k_move(type, (uint8_t *)src + (size_t)i * 8 * bs, row + (size_t)i * bs, r, 1);
         return;
     }
-    int qb, bs;
-    layout(type, &qb, &bs);
+    int qb, bs, hv;
+    layout(type, &qb, &bs, &hv);
     for (int64_t b = 0; b < cols / 32; b++) {
-        const uint8_t *g = src + (size_t)b * (size_t)(16 + 8 * qb);
+        const uint8_t *g = src + (size_t)b * (size_t)(16 * hv + 8 * qb);
         uint8_t *o = row + (size_t)b * (size_t)bs;
-        memcpy(o, g + 2 * r, 2);
-        for (int s = 0; s < qb / 4; s++) memcpy(o + 2 + 4 * s, g + 16 + 32 * s + 4 * r, 4);
+        for (int f = 0; f < hv; f++) memcpy(o + 2 * f, g + 16 * f + 2 * r, 2);
+        for (int s = 0; s < qb / 4; s++) memcpy(o + 2 * hv + 4 * s, g + 16 * hv + 32 * s + 4 * r, 4);
     }
 }
 
@@ -115,6 +121,7 @@ void plumb_dot8_ref(uint32_t type, int n, const void *w8, const void *act, float
                  : type == PLUMB_TYPE_Q4_K ? plumb_dot_q4_K_q8K_ref(n, row, act)
                  : type == PLUMB_TYPE_Q5_K ? plumb_dot_q5_K_q8K_ref(n, row, act)
                  : type == PLUMB_TYPE_Q6_K ? plumb_dot_q6_K_q8K_ref(n, row, act)
+                 : type == PLUMB_TYPE_Q4_1 ? plumb_dot_q4_1_q8a_ref(n, row, act)
                                            : plumb_dot_q4_0_q8a_ref(n, row, act);
     }
 }

@@ -157,8 +157,8 @@ static const plumb_kernels avx2 = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx2, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx2},
-    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx2, [PLUMB_TYPE_Q4_1] = dot8_q4_1_avx2, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx2, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx2, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx2},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_avx2, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_avx2, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_avx2},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
@@ -181,8 +181,8 @@ static const plumb_kernels avx2_vnni = {
         [PLUMB_TYPE_Q5_K] = AVX2_DOT_Q5_K,
         [PLUMB_TYPE_Q6_K] = AVX2_DOT_Q6_K,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni, [PLUMB_TYPE_Q6_K] = dot8_q6_K_vnni},
-    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni, [PLUMB_TYPE_Q4_1] = dot8_q4_1_vnni, [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni, [PLUMB_TYPE_Q6_K] = dot8_q6_K_vnni},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni},
     .dot4t = AVX2_DOT4T_K,
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
@@ -309,6 +309,31 @@ T512 static void dot8_q4_0_avx512(int n, const void *wv, const void *av, float *
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), _mm256_set1_ps(a[b].d), _mm256_set1_ps(8.0f * a[b].s));
         acc = _mm256_fmadd_ps(dw, t, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+/* Q4_1 the same way, the rows' minimums times the activation block's
+ * d * sum(a) added per block (layout: quant/repack.c). */
+T512 static void dot8_q4_1_avx512(int n, const void *wv, const void *av, float *out) {
+    const uint8_t *w = wv;
+    const block_q8a *a = av;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / 32; b++, w += 32 + 8 * 16) {
+        _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
+        const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
+        const __m512i x01 = _mm512_loadu_si512((const void *)(w + 32)), x23 = _mm512_loadu_si512((const void *)(w + 32 + 64));
+        __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x01, m4), _mm512_permutexvar_epi32(p01, act));
+        __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x23, m4), _mm512_permutexvar_epi32(p23, act));
+        i0 = _mm512_dpbusd_epi32(i0, _mm512_and_si512(_mm512_srli_epi16(x01, 4), m4), _mm512_permutexvar_epi32(p45, act));
+        i1 = _mm512_dpbusd_epi32(i1, _mm512_and_si512(_mm512_srli_epi16(x23, 4), m4), _mm512_permutexvar_epi32(p67, act));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+        acc = _mm256_fmadd_ps(dw, _mm256_mul_ps(_mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), _mm256_set1_ps(a[b].d)), acc);
+        acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(a[b].s), acc);
     }
     _mm256_storeu_ps(out, acc);
 }
@@ -566,8 +591,8 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
         [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
-    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
-    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni},
+    .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_1] = dot8_q4_1_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
     .f16_to_f32 = f16_to_f32,

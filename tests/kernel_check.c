@@ -8,9 +8,13 @@ int main(void) {
     int passed = 0, failed = 0;
     /* the dot-product table only where the CPU (or qemu's model of one) has the instruction */
     const plumb_kernels *dp = strstr(plumb_cpu_features(), "dotprod") ? plumb_kernels_neon_dotprod() : NULL;
-    const plumb_kernels *tables[] = {plumb_kernels_scalar(), plumb_kernels_avx2(), plumb_kernels_avx2_vnni(), plumb_kernels_neon(), dp};
+    /* the x86 tables where the CPU runs them (plumb_kernels_select checks) */
+    const plumb_kernels *avx2 = plumb_kernels_select("avx2") == 0 ? plumb_kernels_avx2() : NULL,
+                        *vnni = plumb_kernels_select("avx2-vnni") == 0 ? plumb_kernels_avx2_vnni() : NULL,
+                        *avx512 = plumb_kernels_select("avx512-vnni") == 0 ? plumb_kernels_avx512_vnni() : NULL;
+    const plumb_kernels *tables[] = {plumb_kernels_scalar(), avx2, vnni, avx512, plumb_kernels_neon(), dp};
     if (plumb_kernels_neon() && !dp) printf("kernels neon-dotprod: skipped, this CPU has no dot-product instruction (%s)\n", plumb_cpu_features());
-    for (int i = 0; i < 5; i++) { /* (the AVX-512 table is checked by the Criterion suite) */
+    for (int i = 0; i < 6; i++) {
         if (!tables[i]) continue;
         kc_result r = kernel_check_table(tables[i]);
         printf("kernels %-12s: %d passed, %d failed\n", tables[i]->name, r.passed, r.failed);
