@@ -289,54 +289,39 @@ T512 static inline __m512i act_pair_idx(int a, int b) { /* dword lanes 0-7 <- a,
 
 T512 static inline __m256i sum_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
-T512 static void dot8_q4_0_avx512(int n, const void *wv, const void *av, float *out) {
+/* Q4_0 (MIN = 0) and Q4_1 (MIN = 1: the rows' minimums in a second header
+ * vector, times the activation block's d * sum(a)); inlined into each
+ * wrapper, so MIN is a constant there. */
+T512 static inline __attribute__((always_inline)) void dot8_q4x_avx512(int n, const void *wv, const void *av, float *out, const int MIN) {
     const uint8_t *w = wv;
     const block_q8a *a = av;
+    const int header = MIN ? 32 : 16;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
     __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < n / 32; b++, w += 16 + 8 * 16) {
+    for (int b = 0; b < n / 32; b++, w += header + 8 * 16) {
         _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
         _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
         /* activation dwords 0-3 pair with the low nibbles of steps 0-3, dwords 4-7 with the high ones */
         const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
-        const __m512i x01 = _mm512_loadu_si512((const void *)(w + 16)), x23 = _mm512_loadu_si512((const void *)(w + 16 + 64));
+        const __m512i x01 = _mm512_loadu_si512((const void *)(w + header)), x23 = _mm512_loadu_si512((const void *)(w + header + 64));
         __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x01, m4), _mm512_permutexvar_epi32(p01, act));
         __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x23, m4), _mm512_permutexvar_epi32(p23, act));
         i0 = _mm512_dpbusd_epi32(i0, _mm512_and_si512(_mm512_srli_epi16(x01, 4), m4), _mm512_permutexvar_epi32(p45, act));
         i1 = _mm512_dpbusd_epi32(i1, _mm512_and_si512(_mm512_srli_epi16(x23, 4), m4), _mm512_permutexvar_epi32(p67, act));
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        const __m256 t = _mm256_fmsub_ps(_mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), _mm256_set1_ps(a[b].d), _mm256_set1_ps(8.0f * a[b].s));
-        acc = _mm256_fmadd_ps(dw, t, acc);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), isum = _mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1)));
+        if (MIN) { /* d_w * d_a * sum(q*a) + m_w * s_a */
+            acc = _mm256_fmadd_ps(dw, _mm256_mul_ps(isum, _mm256_set1_ps(a[b].d)), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))), _mm256_set1_ps(a[b].s), acc);
+        } else /* d_w * (d_a * sum(q*a) - 8 * s_a) */
+            acc = _mm256_fmadd_ps(dw, _mm256_fmsub_ps(isum, _mm256_set1_ps(a[b].d), _mm256_set1_ps(8.0f * a[b].s)), acc);
     }
     _mm256_storeu_ps(out, acc);
 }
 
-/* Q4_1 the same way, the rows' minimums times the activation block's
- * d * sum(a) added per block (layout: quant/repack.c). */
-T512 static void dot8_q4_1_avx512(int n, const void *wv, const void *av, float *out) {
-    const uint8_t *w = wv;
-    const block_q8a *a = av;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
-    __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < n / 32; b++, w += 32 + 8 * 16) {
-        _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
-        const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
-        const __m512i x01 = _mm512_loadu_si512((const void *)(w + 32)), x23 = _mm512_loadu_si512((const void *)(w + 32 + 64));
-        __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x01, m4), _mm512_permutexvar_epi32(p01, act));
-        __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x23, m4), _mm512_permutexvar_epi32(p23, act));
-        i0 = _mm512_dpbusd_epi32(i0, _mm512_and_si512(_mm512_srli_epi16(x01, 4), m4), _mm512_permutexvar_epi32(p45, act));
-        i1 = _mm512_dpbusd_epi32(i1, _mm512_and_si512(_mm512_srli_epi16(x23, 4), m4), _mm512_permutexvar_epi32(p67, act));
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-        acc = _mm256_fmadd_ps(dw, _mm256_mul_ps(_mm256_cvtepi32_ps(sum_halves(_mm512_add_epi32(i0, i1))), _mm256_set1_ps(a[b].d)), acc);
-        acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(a[b].s), acc);
-    }
-    _mm256_storeu_ps(out, acc);
-}
+T512 static void dot8_q4_0_avx512(int n, const void *wv, const void *av, float *out) { dot8_q4x_avx512(n, wv, av, out, 0); }
+T512 static void dot8_q4_1_avx512(int n, const void *wv, const void *av, float *out) { dot8_q4x_avx512(n, wv, av, out, 1); }
 
 /* Q8_0 the same way: four 64-byte loads a block, |w| times the activations
  * carrying w's signs (vpdpbusd multiplies unsigned by signed bytes). */
