@@ -214,17 +214,26 @@ T512 static inline int32_t load_i32_512(const void *p) {
 #define Q4_STEP16(T, A)                                                                                      \
     l##T = _mm512_dpbusd_epi32(l##T, lo, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)));                 \
     h##T = _mm512_dpbusd_epi32(h##T, hi, _mm512_set1_epi32(load_i32_512(A[b].qs + 16 + 4 * s)))
-#define Q4_FINISH16(T, A)                                                                                               \
-    acc##T = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(l##T, h##T)), _mm512_set1_ps(A[b].d), \
-                                                 _mm512_set1_ps(8.0f * A[b].s)), acc##T)
+#define Q4_FINISH16(T, A)                                                                                                          \
+    acc##T = MIN ? _mm512_fmadd_ps(mw, _mm512_set1_ps(A[b].s),                                                                     \
+                                   _mm512_fmadd_ps(dw, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(l##T, h##T)), _mm512_set1_ps(A[b].d)), acc##T)) \
+                 : _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(l##T, h##T)), _mm512_set1_ps(A[b].d),               \
+                                                       _mm512_set1_ps(8.0f * A[b].s)), acc##T)
 
-/* out[t][0..8) are group 0's rows, out[t][8..16) group 1's */
-T512 static void gemm16_q4_0_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out) {
+/* the 16 rows' fp16 header vector at byte offset OFF of each group's block */
+T512 static inline __m512 half16_512(const uint8_t *w0, const uint8_t *w1, int off) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w0 + off))), _mm_loadu_si128((const __m128i *)(w1 + off)), 1));
+}
+
+/* Q4_0 (MIN = 0) and Q4_1 (MIN = 1: the minimums times each token's d * sum(a));
+ * out[t][0..8) are group 0's rows, out[t][8..16) group 1's */
+T512 static inline __attribute__((always_inline)) void gemm16_q4x_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out, const int MIN) {
     const uint8_t *w0 = w0v, *w1 = w1v;
     const block_q8a *a0 = av[0], *a1 = av[1], *a2 = av[2], *a3 = av[3];
+    const int header = MIN ? 32 : 16;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 16, w1 += 16 + 8 * 16) {
+    for (int b = 0; b < n / 32; b++, w0 += header + 8 * 16, w1 += header + 8 * 16) {
         /* fetch ahead: with a handful of tokens the product is as much a
          * stream over the weights as a computation */
         _mm_prefetch((const char *)w0 + 1024, _MM_HINT_T0);
@@ -235,17 +244,19 @@ T512 static void gemm16_q4_0_avx512(int n, const void *w0v, const void *w1v, con
         _mm_prefetch((const char *)w1 + 1024 + 128, _MM_HINT_T0);
         __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, h0 = l0, h1 = l0, h2 = l0, h3 = l0;
         for (int s = 0; s < 4; s++) {
-            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
-                                                 _mm256_loadu_si256((const __m256i *)(w1 + 16 + 32 * s)), 1);
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + header + 32 * s))),
+                                                 _mm256_loadu_si256((const __m256i *)(w1 + header + 32 * s)), 1);
             const __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
             Q4_STEP16(0, a0); Q4_STEP16(1, a1); Q4_STEP16(2, a2); Q4_STEP16(3, a3);
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w0)),
-                                                                  _mm_loadu_si128((const __m128i *)w1), 1));
+        const __m512 dw = half16_512(w0, w1, 0), mw = MIN ? half16_512(w0, w1, 16) : dw;
         Q4_FINISH16(0, a0); Q4_FINISH16(1, a1); Q4_FINISH16(2, a2); Q4_FINISH16(3, a3);
     }
     _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
 }
+
+T512 static void gemm16_q4_0_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q4x_avx512(n, w0, w1, av, out, 0); }
+T512 static void gemm16_q4_1_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q4x_avx512(n, w0, w1, av, out, 1); }
 
 #define Q8_STEP16(T, A) i##T = _mm512_dpbusd_epi32(i##T, ax, _mm512_mask_sub_epi8(_mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)), neg, zero, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s))))
 #define Q8_FINISH16(T, A) acc##T = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(A[b].d)), _mm512_cvtepi32_ps(i##T), acc##T)
@@ -579,7 +590,7 @@ static const plumb_kernels avx512_vnni = {
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_1] = dot8_q4_1_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni},
     .dot4t = AVX2_DOT4T_K,
-    .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512},
+    .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512, [PLUMB_TYPE_Q4_1] = gemm16_q4_1_avx512},
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
