@@ -85,7 +85,14 @@ static int bind_vector(plumb_model *m, plumb_matrix *w, const char *name, int64_
 }
 
 /* Interleaved copies of the matrices the fast kernels read 8 rows at a time
- * (PLUMB_REPACK=0 turns this off, for comparisons). */
+ * (PLUMB_REPACK=0 turns this off, for comparisons); the weights come from
+ * the mapped GGUF file, so the originals' pages are given back. */
+static int repack_one(plumb_matrix *w) {
+    if (plumb_matrix_repack(w)) return -1;
+    plumb_matrix_release_source(w);
+    return 0;
+}
+
 static int repack_matrices(plumb_model *m) {
     const char *env = getenv("PLUMB_REPACK");
     if (env && !strcmp(env, "0")) return 0;
@@ -93,9 +100,9 @@ static int repack_matrices(plumb_model *m) {
         plumb_matrix *ws[PLUMB_LAYER_MATRICES];
         plumb_layer_matrices(&m->layers[l], ws);
         for (int i = 0; i < PLUMB_LAYER_MATRICES; i++)
-            if (plumb_matrix_repack(ws[i])) return -1;
+            if (repack_one(ws[i])) return -1;
     }
-    return plumb_matrix_repack(&m->output);
+    return repack_one(&m->output);
 }
 
 int llama_bind_tensors(plumb_model *m) {

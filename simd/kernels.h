@@ -88,6 +88,13 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
  * also when nothing was done. */
 int plumb_matrix_repack(plumb_matrix *W);
 
+/* After plumb_matrix_repack, when W->data is a read-only mapping of a file:
+ * gives the original's pages back (the fast path reads only the copy; the
+ * exact path can still fault them in from the file), so the process holds
+ * the weights once, not twice. Never for memory the caller allocated: there
+ * MADV_DONTNEED would discard the data. */
+void plumb_matrix_release_source(const plumb_matrix *W);
+
 /* --numa mirror: gives W's repacked copy `copies` copies in all, copy i
  * handed to bind(ctx, addr, len, i) before it is written (bind may be NULL);
  * freed with plumb_matrix_free_mirrors. 0, or -1 out of memory. */

@@ -504,13 +504,14 @@ int plumb_matrix_repack(plumb_matrix *W) {
         plumb_repack8(W->type, (const uint8_t *)W->data + (size_t)g * 8 * W->row_bytes, W->row_bytes, W->cols,
                       p + (size_t)g * 8 * W->row_bytes);
     W->packed = p;
-    /* The fast path reads only the copy now: give the original's pages back
-     * (they are file-backed, so the exact path can still fault them in),
-     * so the process holds the weights once, not twice. */
+    return 0;
+}
+
+void plumb_matrix_release_source(const plumb_matrix *W) {
+    if (!W->packed) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)W->data + page - 1) & ~(page - 1),
                     hi = ((uintptr_t)W->data + (size_t)W->rows * W->row_bytes) & ~(page - 1);
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-    return 0;
 }
 
 

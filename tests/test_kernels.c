@@ -149,3 +149,23 @@ Test(kernels, matmul_swiglu_equals_products_then_silu) {
             free(x); free(row); free(out); free(scratch); free(g); free(u); free(act);
         }
 }
+
+/* Repacking a matrix the caller allocated leaves its bytes as they were (the
+ * pages are given back only on request, for file mappings), so the exact
+ * path over W->data still reads the weights. */
+Test(kernels, repack_keeps_caller_memory) {
+    const int rows = 64, cols = 2048;
+    const size_t rb = plumb_type_row_bytes(PLUMB_TYPE_Q8_0, cols), bytes = rb * rows; /* ~136 KiB: many pages */
+    uint8_t *w = malloc(bytes), *copy = malloc(bytes);
+    float *row = malloc(sizeof(float) * cols);
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 5);
+    for (int r = 0; r < rows; r++) { kc_random(row, cols, &rng, 0.2f); plumb_type_get(PLUMB_TYPE_Q8_0)->from_float(row, w + (size_t)r * rb, cols); }
+    memcpy(copy, w, bytes);
+    plumb_matrix m = {PLUMB_TYPE_Q8_0, rows, cols, rb, w, "m", NULL, 0, {NULL}};
+    cr_assert_eq(plumb_matrix_repack(&m), 0);
+    if (!m.packed) cr_skip_test("the active kernel set (%s) keeps no repacked copy", plumb_kernels_active()->name);
+    cr_expect(memcmp(w, copy, bytes) == 0, "plumb_matrix_repack changed the caller's weights");
+    plumb_dealloc((void *)m.packed);
+    free(w); free(copy); free(row);
+}
