@@ -59,6 +59,10 @@
 #          KL etc. at chunks of 8 and 64), then TinyLlama and 7B Q4_K -ngl all at batch 1/8/64
 #          and TinyLlama Q4_K on the device's CPU at batch 1
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
+#   chain  greedy chains (plumb_decode_greedy: steps back to back on the GPU, picks fed back there):
+#          greedy ids with PLUMB_CUDA_CHAIN=0 (step by step) vs chained on the real models and
+#          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
+#          7B Q4_0 batch CHAIN_BATCH (1,8,64) step by step and chained in turn, CHAIN_ROUNDS times (2)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
@@ -112,12 +116,12 @@ synth)
     ;;
 tiny)
     m=$(model tinyllama-1.1b q4_0)
-    PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+    PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
         -o "$OUT/tinyllama-gpu" 2>&1 | tee "$OUT/tinyllama-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda|^bench: batch"
     ;;
 7b)
     m=$(model llama2-7b q4_0)
-    PLUMB_BENCH_STEPS=1 PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
+    PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
         -o "$OUT/llama2-7b-gpu" 2>&1 | tee "$OUT/llama2-7b-gpu.txt" | grep -E "^\| |GPU path|rror|plumb-cuda|^bench: batch"
     ;;
 ab)
@@ -429,6 +433,28 @@ cpu)
     m=$(model llama2-7b q4_0)
     $P bench -m "$m" --backends cpu,cuda --ngl 16 -t $T --batch 1 -p 16 -n 16 --reps 2 --no-quality \
         -o "$OUT/llama2-7b-cpu-partial" 2>&1 | tee "$OUT/llama2-7b-cpu-partial.txt" | grep -E "^\| |GPU path|rror"
+    ;;
+chain)
+    {
+        for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" $(model tinyllama-1.1b q4_0) $(model tinyllama-1.1b q4_k) \
+            $(model tinyllama-1.1b q8_0) $(model tinyllama-1.1b f16); do
+            echo "== $(basename "$m"): greedy ids, -ngl all step by step vs chained"
+            PLUMB_CUDA_CHAIN=0 $P run -m "$m" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-step.txt"
+            $P run -m "$m" -p "Once upon a time" -n 48 --temp 0 --show-ids -ngl all 2>"$OUT/chain-run.txt" >/dev/null
+            grep "generated ids" "$OUT/chain-run.txt" > "$OUT/ids-chain.txt"
+            grep -E "^generation|rror" "$OUT/chain-run.txt"
+            [ -s "$OUT/ids-step.txt" ] && cmp -s "$OUT/ids-step.txt" "$OUT/ids-chain.txt" && echo "greedy ids identical" ||
+                { echo "greedy ids DIFFER"; cat "$OUT/ids-step.txt" "$OUT/ids-chain.txt"; }
+        done
+        m=$(model llama2-7b q4_0)
+        for r in $(seq "${CHAIN_ROUNDS:-2}"); do
+            for ch in 0 1; do
+                echo "== round $r, PLUMB_CUDA_CHAIN=$ch"
+                PLUMB_CUDA_CHAIN=$ch PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${CHAIN_BATCH:-1,8,64}" -p 128 -n 32 \
+                    --reps 3 --no-quality -o "$OUT/chain$ch-r$r" 2>&1 | grep -E "^\| |rror|plumb-cuda: (decode steps|greedy)"
+            done
+        done
+    } 2>&1 | tee "$OUT/chain.txt"
     ;;
 prof)
     m=$(model llama2-7b q4_0)

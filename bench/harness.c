@@ -33,6 +33,21 @@ int bench_prompt(const plumb_model *m, int n, plumb_token *out) {
 /* One run = one request per sequence: every sequence gets its prompt
  * (prefilled together), then cfg->n_gen decode steps each advance all
  * sequences by one greedy token. With batch 1 that is a plain request. */
+/* plumb_decode_greedy's callback: each step's inter-token time, as the host sees its picks arrive */
+typedef struct {
+    double *itl; /* where the next step's time goes (NULL: a warm-up rep) */
+    double t_prev;
+    int steps;
+} itl_clock;
+static int itl_step(void *user, int step, const plumb_token *picks) {
+    itl_clock *ck = user;
+    const double t = plumb_time_s();
+    if (ck->itl) ck->itl[ck->steps] = (t - ck->t_prev) * 1e3;
+    ck->steps++;
+    ck->t_prev = t;
+    return 0;
+}
+
 int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
     const int B = cfg->batch > 0 ? cfg->batch : 1, P = cfg->n_prompt, G = cfg->n_gen;
     plumb_ctx_params cp = plumb_ctx_default_params();
@@ -85,7 +100,16 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
         double t1 = plumb_time_s();
         if (plumb_batch_argmax(c, 0, B, cur)) { rc = -1; break; }
         double t_first = plumb_time_s(), t_prev = t_first, checking_s = 0;
-        for (int g = 0; g < G && !rc; g++) {
+        if (!step_report) { /* the G steps as one greedy run: chained on the GPU when it holds the model */
+            for (int s = 0; s < B; s++) pos[s] = P;
+            itl_clock ck = {measured ? itl + n_itl : NULL, t_first, 0};
+            const int got = plumb_decode_greedy(c, B, cur, pos, ids, G, itl_step, &ck);
+            if (got < 0) { rc = -1; break; }
+            if (got != G) { rc = plumb_set_error("greedy decode stopped after %d of %d steps", got, G); break; }
+            if (measured) n_itl += G;
+            t_prev = ck.t_prev;
+        }
+        for (int g = 0; step_report && g < G && !rc; g++) {
             for (int s = 0; s < B; s++) {
                 toks[s] = cur[s];
                 pos[s] = P + g;
@@ -106,13 +130,13 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
                 n_steps++;
             }
             t_prev = t;
-            if (step_report) { /* the picks (the GPU's, when it has the head) against the host's own argmax of the same logits, not timed */
-                for (int s = 0; s < B; s++, n_picks++) picks_differ += cur[s] != plumb_argmax(plumb_batch_logits(c, s), nv);
-                const double tc = plumb_time_s();
-                checking_s += tc - t_prev;
-                t_prev = tc;
-            }
+            /* the picks (the GPU's, when it has the head) against the host's own argmax of the same logits, not timed */
+            for (int s = 0; s < B; s++, n_picks++) picks_differ += cur[s] != plumb_argmax(plumb_batch_logits(c, s), nv);
+            const double tc = plumb_time_s();
+            checking_s += tc - t_prev;
+            t_prev = tc;
         }
+        if (rc) break;
         pre[r] = (double)B * P / (t1 - t0);
         ttft[r] = (t_first - t0) * 1e3;
         dec[r] = (double)B * G / (t_prev - t_first - checking_s);
@@ -136,6 +160,8 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
                     B, n_steps, 1e3 * in_decode_s / n_steps, 1e3 * in_pick_s / n_steps,
                     out->itl_ms.mean - 1e3 * (in_decode_s + in_pick_s) / n_steps, picks_differ, n_picks);
         out->gpu_peak_mib = (double)plumb_ctx_gpu_peak_bytes(c) / 1048576.0;
+        out->greedy_chained = plumb_ctx_greedy_chained(c);
+        snprintf(out->gpu_status, sizeof out->gpu_status, "%s", plumb_ctx_gpu_status(c)); /* now with how the greedy steps ran */
     }
 out:
     free(prompt); free(toks); free(pos); free(seq); free(ids); free(want); free(cur);

@@ -22,7 +22,8 @@ typedef struct {
     plumb_stats prefill_tps, decode_tps, ttft_ms, e2e_ms, itl_ms;
     int gpu_layers;         /* layers that really ran on the GPU */
     double gpu_peak_mib;
-    char gpu_status[256];
+    int greedy_chained;     /* decode steps ran as a greedy chain on the GPU (plumb_decode_greedy) */
+    char gpu_status[512];
 } bench_result;
 
 /* A fixed prompt of exactly n tokens: a built-in English text tokenized and

@@ -307,6 +307,8 @@ int cmd_bench(int argc, char **argv) {
                                             "generated_tokens", (json_int_t)r.generated_tokens, "total_time_s", r.total_s);
                     json_object_set_new(run, "gpu_layers", json_integer(r.gpu_layers));
                     if (cuda) json_object_set_new(run, "gpu", json_string(r.gpu_status));
+                    /* how the decode steps ran: a condition of the run like the backend (see plumb_decode_greedy) */
+                    json_object_set_new(run, "decode_loop", json_string(r.greedy_chained ? "greedy chain on the GPU" : "step by step"));
                     json_object_set_new(run, "input_token_range", json_pack("[i,i]", r.n_prompt, r.n_prompt));
                     json_object_set_new(run, "prefill_tps", stats_json(&r.prefill_tps));
                     json_object_set_new(run, "decode_tps", stats_json(&r.decode_tps));

@@ -24,6 +24,33 @@ static const char *run_help =
     "  --show-ids         print prompt and generated token ids on stderr\n"
     "  --no-display-prompt  print only the generated text\n";
 
+static void print_piece(const plumb_model *m, plumb_token t) {
+    char piece[256];
+    const int len = plumb_token_to_piece(m, t, piece, sizeof piece);
+    if (len > 0) {
+        fwrite(piece, 1, (size_t)len, stdout);
+        fflush(stdout);
+    }
+}
+
+/* a greedy chain's steps as they arrive: printed, stopped at the end of
+ * text (not printed, not counted) or at the token limit */
+typedef struct {
+    const plumb_model *m;
+    plumb_sampler *s;
+    plumb_token *toks;
+    int next_pos, *n_gen, limit, ignore_eos;
+} run_stream;
+static int stream_step(void *user, int step, const plumb_token *picks) {
+    run_stream *rs = user;
+    const plumb_token t = picks[0];
+    rs->toks[rs->next_pos + step] = t;
+    if (t == plumb_token_eos(rs->m) && !rs->ignore_eos) return 1;
+    plumb_sampler_accept(rs->s, t);
+    print_piece(rs->m, t);
+    return ++*rs->n_gen >= rs->limit;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     int n_predict = 128, ignore_eos = 0, no_bos = 0, show_ids = 0, display_prompt = 1, seed_given = 0;
@@ -114,7 +141,20 @@ int cmd_run(int argc, char **argv) {
     int n_gen = 0, pos = n_prompt;
     char piece[256];
     double tg0 = plumb_time_s();
-    for (; n_gen < limit; n_gen++) {
+    const int chained = limit > 1 && plumb_sampler_is_greedy(s) && plumb_ctx_greedy_chained(c);
+    if (chained) {
+        /* greedy on a GPU holding the whole model: the first pick here, the
+         * rest as one chain whose steps run back to back on the device */
+        plumb_token t = plumb_sample(s, plumb_get_logits(c));
+        toks[pos] = t;
+        if (t != plumb_token_eos(m) || ignore_eos) {
+            n_gen = 1;
+            print_piece(m, t);
+            run_stream rs = {m, s, toks, pos + 1, &n_gen, limit, ignore_eos};
+            if (plumb_decode_greedy(c, 1, &t, &pos, &(int){0}, limit - 1, stream_step, &rs) < 0) { cli_fail("run", "%s", plumb_last_error()); goto out; }
+        }
+    }
+    for (; !chained && n_gen < limit; n_gen++) {
         plumb_token t = plumb_sample(s, plumb_get_logits(c));
         toks[pos] = t;
         if (t == plumb_token_eos(m) && !ignore_eos) break;
@@ -136,7 +176,8 @@ int cmd_run(int argc, char **argv) {
     }
     fprintf(stderr, "\nload:       %8.1f ms\n", t_load * 1e3);
     fprintf(stderr, "prompt:     %8.1f ms / %d tokens (%.2f tokens/s)\n", t_prompt * 1e3, n_prompt, n_prompt / t_prompt);
-    fprintf(stderr, "generation: %8.1f ms / %d tokens (%.2f tokens/s)\n", t_gen * 1e3, n_gen, n_gen > 0 ? n_gen / t_gen : 0.0);
+    fprintf(stderr, "generation: %8.1f ms / %d tokens (%.2f tokens/s)%s\n", t_gen * 1e3, n_gen, n_gen > 0 ? n_gen / t_gen : 0.0,
+            chained && plumb_ctx_greedy_chained(c) ? ", a greedy chain on the GPU" : "");
     fprintf(stderr, "memory:     peak RSS %.1f MiB, context buffers %.1f MiB", plumb_peak_rss_bytes() / 1048576.0, plumb_ctx_bytes(c) / 1048576.0);
     if (plumb_ctx_gpu_layers(c)) fprintf(stderr, ", GPU %.1f MiB", plumb_ctx_gpu_peak_bytes(c) / 1048576.0);
     fprintf(stderr, "\n");

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PLUMB_BACKEND_ABI 3
+#define PLUMB_BACKEND_ABI 4
 
 typedef struct {
     uint32_t type;           /* plumb_type of data */
@@ -35,6 +35,8 @@ typedef struct {
     int has_head;                    /* also the final norm and output projection */
     plumb_backend_tensor output_norm, output;
     int n_kv_blocks, kv_block, n_seq_max, max_batch;
+    plumb_backend_tensor tok_embd;   /* the token embeddings when the range is the whole model (data NULL
+                                      * otherwise): what lets decode_chain feed a step's picks to the next */
 } plumb_backend_model_desc;
 
 typedef struct {
@@ -46,6 +48,21 @@ typedef struct {
     int *argmax;            /* with has_head, when not NULL: each wanted row's greedy pick (index of its
                              * largest logit, the first on ties, as plumb_argmax), found where the logits are */
 } plumb_backend_batch;
+
+/* A greedy chain: n sequences, one token each, n_steps decode steps where
+ * step 0 evaluates tokens[i] at pos[i] and step s the picks of step s - 1 at
+ * pos[i] + s. block_table covers every position of the n_steps. on_step
+ * gets each step's picks in order; nonzero stops (the step the device had
+ * already started then runs to its end: its keys and values land at the
+ * next position, which the caller's sequence does not count). */
+typedef struct {
+    int n, n_steps;
+    const int *tokens, *pos, *seq;
+    const int *block_table; /* [n_seq_max][max_blocks_per_seq] */
+    int max_blocks_per_seq;
+    int (*on_step)(void *user, int step, const int *picks);
+    void *user;
+} plumb_backend_chain;
 
 typedef struct plumb_backend_iface {
     int abi;
@@ -65,6 +82,12 @@ typedef struct plumb_backend_iface {
      * forward's logits arrive by one DMA instead of a DMA and a host copy */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+    /* runs a greedy chain with each step's picks fed back on the device: the
+     * host launches step s + 1 before it reads step s's picks, so the GPU
+     * never waits for it. Returns the steps whose picks went to on_step, -1
+     * with err on errors, or -2 with the reason in err when this model cannot
+     * chain (nothing run; the caller decodes step by step). */
+    int (*decode_chain)(void *handle, const plumb_backend_chain *c, char *err, size_t err_len);
 } plumb_backend_iface;
 
 typedef const plumb_backend_iface *(*plumb_backend_entry_fn)(void);

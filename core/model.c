@@ -206,7 +206,8 @@ static void gpu_setup(plumb_ctx *c) {
     }
     plumb_backend_model_desc d = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_rot, hp->n_vocab, hp->rope_neox,
                                   hp->rms_eps, hp->rope_freq_base, n, ls, n == hp->n_layer, btensor(&c->model->output_norm),
-                                  btensor(&c->model->output), c->n_kv_blocks, PLUMB_KV_BLOCK, c->n_seq_max, c->n_batch};
+                                  btensor(&c->model->output), c->n_kv_blocks, PLUMB_KV_BLOCK, c->n_seq_max, c->n_batch,
+                                  n == hp->n_layer ? btensor(&c->model->tok_embd) : (plumb_backend_tensor){0}};
     char err[512] = "";
     double t0 = plumb_time_s();
     c->gpu_handle = c->gpu->load(&d, err, sizeof err);
@@ -533,6 +534,116 @@ int plumb_batch_argmax(const plumb_ctx *c, int first, int n, int *ids) {
 const float *plumb_batch_logits(const plumb_ctx *c, int i) {
     if (i < 0 || i >= c->n_logits_valid) return NULL;
     return c->logits + (size_t)i * (size_t)c->model->hp.n_vocab;
+}
+
+/* ---- greedy chains (plumb_decode_greedy) ---- */
+
+int plumb_ctx_greedy_chained(const plumb_ctx *c) {
+    return c->gpu_handle && c->gpu_head && c->gpu->decode_chain && !c->chain_off;
+}
+
+/* Blocks for positions up to last of every sequence of the chain, all or
+ * none (PLUMB_ERR_KV_FULL, nothing changed). */
+static int reserve_blocks(plumb_ctx *c, int n, const int *seq, const int *last) {
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        const int more = last[i] / PLUMB_KV_BLOCK + 1 - c->seqs[seq[i]].n_blocks;
+        if (more > 0) need += more;
+    }
+    if (need > c->n_free) {
+        plumb_set_error("KV cache full: %d more blocks needed, %d free (context %d positions)", need, c->n_free, c->n_ctx);
+        return PLUMB_ERR_KV_FULL;
+    }
+    for (int i = 0; i < n; i++) {
+        plumb_seq *s = &c->seqs[seq[i]];
+        while (s->n_blocks <= last[i] / PLUMB_KV_BLOCK) s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
+    }
+    return 0;
+}
+
+typedef struct {
+    plumb_step_fn fn;
+    void *user;
+} chain_user;
+static int chain_step(void *u, int step, const int *picks) {
+    const chain_user *cu = u;
+    return cu->fn(cu->user, step, picks);
+}
+
+/* The chain on the GPU: 0 with *done steps, 1 when this model cannot chain
+ * (nothing run; c->chain_off set and the reason added to gpu_status), or
+ * a negative error. */
+static int greedy_on_gpu(plumb_ctx *c, int n, const plumb_token *tokens, const int *pos, const int *seq, int n_steps, plumb_step_fn on_step, void *user,
+                         int *done) {
+    int *last = malloc(sizeof(int) * (size_t)n);
+    if (!last) return plumb_set_error("out of memory");
+    for (int i = 0; i < n; i++) last[i] = pos[i] + n_steps - 1;
+    int rc = reserve_blocks(c, n, seq, last);
+    free(last);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_seq_max; i++)
+        for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
+    chain_user cu = {on_step, user};
+    const plumb_backend_chain ch = {n, n_steps, tokens, pos, seq, c->block_table, c->n_kv_blocks, chain_step, &cu};
+    char err[512] = "";
+    c->n_logits_valid = 0;
+    c->argmax_valid = 0;
+    const int got = c->gpu->decode_chain(c->gpu_handle, &ch, err, sizeof err);
+    if (got == -2) {
+        c->chain_off = 1;
+        const size_t len = strlen(c->gpu_status);
+        snprintf(c->gpu_status + len, sizeof c->gpu_status - len, "; greedy steps not chained on the GPU: %.200s", err);
+        return 1;
+    }
+    if (got < 0) return plumb_set_error("GPU: %s", err);
+    for (int i = 0; i < n; i++) c->seqs[seq[i]].n_pos = pos[i] + got;
+    *done = got;
+    return 0;
+}
+
+int plumb_decode_greedy(plumb_ctx *c, int n, const plumb_token *tokens, const int *pos, const int *seq, int n_steps, plumb_step_fn on_step, void *user) {
+    const int nv = c->model->hp.n_vocab;
+    if (n <= 0 || n_steps <= 0) return plumb_set_error("nothing to decode (%d sequences, %d steps)", n, n_steps);
+    if (n > c->n_batch) return plumb_set_error("%d sequences exceed the batch of %d", n, c->n_batch);
+    if (!on_step) return plumb_set_error("plumb_decode_greedy needs an on_step callback");
+    for (int i = 0; i < n; i++) {
+        const int s = seq[i];
+        if (s < 0 || s >= c->n_seq_max || !c->seqs[s].open) return plumb_set_error("sequence %d is not open", s);
+        for (int j = 0; j < i; j++)
+            if (seq[j] == s) return plumb_set_error("sequence %d appears twice (a greedy chain takes one token a sequence)", s);
+        if (tokens[i] < 0 || tokens[i] >= nv) return plumb_set_error("token id %d outside the vocabulary (%d)", tokens[i], nv);
+        if (pos[i] < 0 || pos[i] > c->seqs[s].n_pos) return plumb_set_error("position %d leaves a gap after %d cached positions", pos[i], c->seqs[s].n_pos);
+        if (pos[i] + n_steps > c->n_ctx)
+            return plumb_set_error("context full: %d steps from position %d exceed the context size %d (-c)", n_steps, pos[i], c->n_ctx);
+    }
+    if (plumb_ctx_greedy_chained(c)) {
+        int done = 0;
+        const int rc = greedy_on_gpu(c, n, tokens, pos, seq, n_steps, on_step, user, &done);
+        if (rc <= 0) return rc ? rc : done;
+    }
+    /* step by step: each step a plumb_decode, its picks the next step's tokens */
+    plumb_token *cur = malloc(sizeof(plumb_token) * (size_t)n), *picks = malloc(sizeof(plumb_token) * (size_t)n);
+    int *at = malloc(sizeof(int) * (size_t)n);
+    int8_t *want = malloc((size_t)n);
+    int steps = 0, rc = 0;
+    if (!cur || !picks || !at || !want) rc = plumb_set_error("out of memory");
+    else {
+        memcpy(cur, tokens, sizeof(plumb_token) * (size_t)n);
+        memset(want, 1, (size_t)n);
+    }
+    while (!rc && steps < n_steps) {
+        for (int i = 0; i < n; i++) at[i] = pos[i] + steps;
+        const plumb_batch b = {n, cur, at, seq, want};
+        if ((rc = plumb_decode(c, &b)) || (rc = plumb_batch_argmax(c, 0, n, picks))) break;
+        steps++;
+        if (on_step(user, steps - 1, picks)) break;
+        memcpy(cur, picks, sizeof(plumb_token) * (size_t)n);
+    }
+    free(cur);
+    free(picks);
+    free(at);
+    free(want);
+    return rc ? rc : steps;
 }
 
 /* single-sequence convenience: sequence 0 */

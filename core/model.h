@@ -110,6 +110,7 @@ struct plumb_ctx {
     float *logits;      /* [rows][n_vocab] */
     int n_logits;       /* rows the logits buffer holds */
     int n_logits_valid; /* rows the last eval wrote */
+    int chain_off;      /* plumb_decode_greedy found the GPU cannot chain this model (decodes step by step) */
     int *argmax;        /* [n_logits] greedy picks of those rows, when the GPU made them */
     int argmax_valid;   /* argmax holds the last eval's picks */
     /* GPU offload: layers [gpu_first, n_layer) run in the CUDA plugin */

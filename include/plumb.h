@@ -150,6 +150,23 @@ const float *plumb_batch_logits(const plumb_ctx *c, int i);
  * decode made fewer rows. */
 int plumb_batch_argmax(const plumb_ctx *c, int first, int n, int *ids);
 
+/* Greedy decoding of n sequences (distinct, one token each) for up to
+ * n_steps steps: step 0 evaluates tokens[i] at pos[i] in seq[i], step s the
+ * picks of step s - 1 at pos[i] + s. on_step(user, s, picks) gets each
+ * step's n picks (plumb_argmax of its logits) in order and returns nonzero
+ * to stop after that step. When the GPU holds the whole model, the steps
+ * run back to back on it, each fed the previous step's picks there, and
+ * the host reads the picks one step behind (plumb_ctx_greedy_chained says
+ * whether it does); otherwise each step is a plumb_decode and a
+ * plumb_batch_argmax. Returns the steps done (sequence i then holds
+ * positions up to pos[i] + steps - 1; no logits are kept), or a negative
+ * error (PLUMB_ERR_KV_FULL when the blocks for all n_steps are not free). */
+typedef int (*plumb_step_fn)(void *user, int step, const plumb_token *picks);
+int plumb_decode_greedy(plumb_ctx *c, int n, const plumb_token *tokens, const int *pos, const int *seq, int n_steps, plumb_step_fn on_step, void *user);
+/* 1 when plumb_decode_greedy runs its steps chained on the GPU (known after
+ * its first call: a model the device cannot chain falls back then) */
+int plumb_ctx_greedy_chained(const plumb_ctx *c);
+
 /* ---- sampling ---- */
 
 typedef struct {

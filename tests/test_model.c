@@ -272,6 +272,75 @@ Test(model, batched_sequences_match_single) {
     plumb_model_free(m);
 }
 
+/* plumb_decode_greedy's callback: records each step's picks, stops after stop_after steps */
+typedef struct {
+    int n, steps, stop_after;
+    int picks[64][2];
+} greedy_log;
+static int log_step(void *user, int step, const plumb_token *picks) {
+    greedy_log *g = user;
+    cr_assert_eq(step, g->steps, "steps arrive in order");
+    for (int i = 0; i < g->n; i++) g->picks[step][i] = picks[i];
+    g->steps++;
+    return g->steps == g->stop_after;
+}
+
+/* Two sequences decoded greedily together (on the CPU: step by step) give
+ * the reference greedy ids of stories260K for the one with its prompt, and
+ * the picks of token-at-a-time decoding for the other; a stop from the
+ * callback leaves the sequences at the steps done. */
+Test(model, greedy_decode_of_two_sequences) {
+    const char *p = shared_file("models/stories260K.gguf");
+    REQUIRE_SHARED(p);
+    plumb_model *m = plumb_model_load(p);
+    cr_assert_not_null(m, "%s", plumb_last_error());
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = 128;
+    cp.n_seq_max = 2;
+    plumb_ctx *c = plumb_ctx_new(m, &cp), *single = plumb_ctx_new(m, NULL);
+    cr_assert(c && single);
+    const int s0 = plumb_seq_open(c), s1 = plumb_seq_open(c);
+    int toks[8] = {1, 403, 407, 261, 378, 1, 300, 301}, pos[8] = {0, 1, 2, 3, 4, 0, 1, 2}, seq[8] = {s0, s0, s0, s0, s0, s1, s1, s1};
+    int8_t want[8] = {0, 0, 0, 0, 1, 0, 0, 1};
+    plumb_batch b = {8, toks, pos, seq, want};
+    cr_assert_eq(plumb_decode(c, &b), 0, "%s", plumb_last_error());
+    int first[2], at[2] = {5, 3}, seqs[2] = {s0, s1};
+    cr_assert_eq(plumb_batch_argmax(c, 0, 2, first), 0);
+    cr_expect_eq(first[0], stories_ids[0]);
+    greedy_log g = {.n = 2, .stop_after = 0};
+    cr_assert_eq(plumb_decode_greedy(c, 2, first, at, seqs, 39, log_step, &g), 39, "%s", plumb_last_error());
+    cr_expect_eq(g.steps, 39);
+    for (int i = 0; i < 39; i++) cr_expect_eq(g.picks[i][0], stories_ids[i + 1], "step %d: %d, expected %d", i, g.picks[i][0], stories_ids[i + 1]);
+    cr_expect_eq(plumb_seq_length(c, s0), 5 + 39);
+    cr_expect_eq(plumb_seq_length(c, s1), 3 + 39);
+    /* the second sequence against one token at a time in a context of its own */
+    cr_assert_eq(plumb_eval(single, toks + 5, 3, 0), 0);
+    int cur = plumb_argmax(plumb_get_logits(single), 512);
+    cr_expect_eq(cur, first[1]);
+    for (int i = 0; i < 39; i++) {
+        cr_assert_eq(plumb_eval(single, &cur, 1, 3 + i), 0);
+        cur = plumb_argmax(plumb_get_logits(single), 512);
+        cr_expect_eq(g.picks[i][1], cur, "sequence 2, step %d", i);
+    }
+    /* a stop after 10 steps: 10 done, the sequence holds those positions only */
+    greedy_log h = {.n = 1, .stop_after = 10};
+    int tok = g.picks[38][0], p0 = 44;
+    cr_expect_eq(plumb_decode_greedy(c, 1, &tok, &p0, &s0, 50, log_step, &h), 10, "%s", plumb_last_error());
+    cr_expect_eq(plumb_seq_length(c, s0), 54);
+    /* refused: nothing to do, a sequence twice, a gap, past the context, a token outside the vocabulary */
+    int two[2] = {s0, s0}, tt[2] = {5, 5}, pp[2] = {54, 55}, bad = 512, gap = 56;
+    cr_expect_lt(plumb_decode_greedy(c, 1, &tok, &p0, &s0, 0, log_step, &h), 0);
+    cr_expect_lt(plumb_decode_greedy(c, 2, tt, pp, two, 3, log_step, &h), 0);
+    cr_expect_lt(plumb_decode_greedy(c, 1, &tok, &gap, &s0, 3, log_step, &h), 0);
+    cr_expect_lt(plumb_decode_greedy(c, 1, &tok, &pp[0], &s0, 75, log_step, &h), 0);
+    cr_expect_lt(plumb_decode_greedy(c, 1, &bad, &pp[0], &s0, 3, log_step, &h), 0);
+    cr_expect_eq(plumb_seq_length(c, s0), 54, "a refused call changes nothing");
+    cr_expect_eq(plumb_ctx_greedy_chained(c), 0, "no GPU: step by step");
+    plumb_ctx_free(c);
+    plumb_ctx_free(single);
+    plumb_model_free(m);
+}
+
 /* A synthetic two-layer model (loaded fresh, so repacking and NUMA copies
  * are redone) under the context cp makes: logits after a 6-token prompt
  * chunk ([0]) and after two single-token decode steps ([1]). */

@@ -59,6 +59,7 @@ extern "C" {
 #define SEEN_SHAPES 64
 #define TILE_COUNTERS 65536 // output tiles a split-K product may have and still reduce in-kernel
 #define KPROF_MAX 4096  // kernels timed in one step
+#define CHAIN_SLOTS 4   // greedy chain steps whose picks can be in flight to the host
 #define KPROF_STATS 512 // (kernel, step size) pairs
 
 #define CHECK(call, what)                                                                                           \
@@ -180,6 +181,15 @@ struct handle {
     float *check_logits;
     long chk_steps, chk_rows, chk_agree;
     double chk_maxdiff, chk_maxabs;
+    // greedy chains (decode_chain): the token embeddings as the file has them, or NULL with the reason in chain_why
+    uint8_t *embd;
+    uint32_t embd_type;
+    size_t embd_row_bytes;
+    char chain_why[160];
+    int *hchain, *dchain;           // mapped pinned picks, [CHAIN_SLOTS][max_batch]: host and device addresses
+    cudaEvent_t chain_ev[CHAIN_SLOTS]; // each slot's step done
+    long chain_steps;               // PLUMB_CUDA_TIMING=1: chained steps and their wall time (printed at unload)
+    double chain_s;
 };
 
 #include <time.h>
@@ -1664,11 +1674,10 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
     }
 }
 
-// Greedy pick of each logit row (a block per row): the index of the largest
-// value, the first one on ties, NaN never picked: plumb_argmax's answer, so
-// the host need not read n_out x n_vocab floats to choose the next tokens.
-__global__ void __launch_bounds__(256) k_argmax(const float *__restrict__ logits, int n_vocab, int *ids) {
-    const float *x = logits + (size_t)blockIdx.x * n_vocab;
+// The greedy pick of a logit row by the whole block: the index of the
+// largest value, the first one on ties, NaN never picked (0 when every value
+// is NaN): plumb_argmax's answer. Every thread gets it.
+__device__ int block_argmax(const float *__restrict__ x, int n_vocab) {
     float best = -INFINITY;
     int at = INT_MAX;
     for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) { // a thread's indices rise: the first of its ties stays
@@ -1686,17 +1695,82 @@ __global__ void __launch_bounds__(256) k_argmax(const float *__restrict__ logits
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     if (lane == 0) sv[warp] = best, si[warp] = at;
     __syncthreads();
-    if (warp == 0) {
-        best = lane < warps ? sv[lane] : -INFINITY;
-        at = lane < warps ? si[lane] : INT_MAX;
+    best = lane < warps ? sv[lane] : -INFINITY;
+    at = lane < warps ? si[lane] : INT_MAX;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-            if (ov > best || (ov == best && oi < at)) best = ov, at = oi;
-        }
-        if (lane == 0) ids[blockIdx.x] = at == INT_MAX ? 0 : at; // every value NaN: 0, as on the host
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+        if (ov > best || (ov == best && oi < at)) best = ov, at = oi;
     }
+    return at == INT_MAX ? 0 : at;
+}
+
+// Greedy pick of each logit row (a block per row), so the host need not read
+// n_out x n_vocab floats to choose the next tokens.
+__global__ void __launch_bounds__(1024) k_argmax(const float *__restrict__ logits, int n_vocab, int *ids) {
+    const int at = block_argmax(logits + (size_t)blockIdx.x * n_vocab, n_vocab);
+    if (threadIdx.x == 0) ids[blockIdx.x] = at;
+}
+
+// ---- greedy chains: the token embeddings on the device, in the file's layout
+// (the types the plugin runs weights of)
+static int embd_type_ok(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
+
+__device__ __forceinline__ float half_at(const uint8_t *p) { return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8))); }
+
+// Element i of a row, computed as the host's to_float computes it (the same
+// roundings: no fused multiply-adds), so a chained step's input is the same
+// bits as a step the host staged.
+__device__ float embd_value(const uint8_t *row, uint32_t type, int i) {
+    const int j = i & 31;
+    switch (type) {
+    case TYPE_F32: return ((const float *)row)[i];
+    case TYPE_F16: return half_at(row + 2 * i);
+    case TYPE_Q4_0: {
+        const uint8_t *b = row + (size_t)(i >> 5) * 18;
+        const int q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+        return __fmul_rn((float)(q - 8), half_at(b));
+    }
+    case TYPE_Q8_0: {
+        const uint8_t *b = row + (size_t)(i >> 5) * 34;
+        return __fmul_rn((float)(int8_t)b[2 + j], half_at(b));
+    }
+    case TYPE_Q4_K: { // 64 elements a chunk: the low nibbles of 32 bytes, then their high nibbles
+        const int w = i & 255, chunk = w >> 6, hi = (w >> 5) & 1, l = w & 31, is = 2 * chunk + hi;
+        const uint8_t *b = row + (size_t)(i >> 8) * 144, *sm = b + 4, q8 = b[16 + chunk * 32 + l];
+        const int sc = is < 4 ? sm[is] & 63 : (sm[is + 4] & 0xF) | ((sm[is - 4] >> 6) << 4); // plumb_get_scale_min_k4
+        const int m = is < 4 ? sm[is + 4] & 63 : (sm[is + 4] >> 4) | ((sm[is] >> 6) << 4);
+        const float d1 = __fmul_rn(half_at(b), (float)sc), m1 = __fmul_rn(half_at(b + 2), (float)m);
+        return __fsub_rn(__fmul_rn(d1, (float)(hi ? q8 >> 4 : q8 & 15)), m1);
+    }
+    }
+    return 0.0f;
+}
+
+__device__ __forceinline__ void embed_row(const uint8_t *embd, uint32_t type, size_t row_bytes, int D, int id, float *x) {
+    const uint8_t *row = embd + (size_t)id * row_bytes;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) x[i] = embd_value(row, type, i);
+}
+
+// A chain's first step: x[t] = the embedding of ids[t] (a block per token)
+__global__ void __launch_bounds__(1024) k_embed_tokens(const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, const int *ids, float *x) {
+    embed_row(embd, type, row_bytes, D, ids[blockIdx.x], x + (size_t)blockIdx.x * D);
+}
+
+// After each chained step (a block per token): the greedy pick of its logits
+// into ids (the next step's input), into the host's mapped slot, and its
+// embedding into x, at the next position.
+__global__ void __launch_bounds__(1024) k_pick_next(const float *__restrict__ logits, int n_vocab, int *ids, int *host_picks, int *pos,
+                                                    const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, float *x) {
+    const int t = blockIdx.x, at = block_argmax(logits + (size_t)t * n_vocab, n_vocab);
+    if (threadIdx.x == 0) {
+        ids[t] = at;
+        host_picks[t] = at;
+        pos[t] += 1;
+        __threadfence_system();
+    }
+    embed_row(embd, type, row_bytes, D, at, x + (size_t)t * D);
 }
 
 // ---------------------------------------------------------------- fused decode
@@ -2313,6 +2387,11 @@ static void unload(void *hv) {
     }
     free(h->kp_fn);
     free(h->kp_st);
+    if (h->chain_steps)
+        fprintf(stderr, "plumb-cuda: greedy chains: %ld steps, %.3f ms a step (wall, host included)\n", h->chain_steps, 1e3 * h->chain_s / h->chain_steps);
+    if (h->embd) cudaFree(h->embd);
+    if (h->hchain) cudaFreeHost(h->hchain);
+    for (int i = 0; i < CHAIN_SLOTS; i++) if (h->chain_ev[i]) cudaEventDestroy(h->chain_ev[i]);
     if (h->fused_layers) cudaFree(h->fused_layers);
     if (h->fused_bar) cudaFree(h->fused_bar);
     if (h->hflag) cudaFreeHost(h->hflag);
@@ -2640,6 +2719,33 @@ static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
     return rc;
 }
 
+// Greedy chains need the token embeddings on the device: uploaded as the
+// file has them (72 MiB for a 7B Q4_0) when the plugin runs the whole model
+// and knows their type; otherwise chain_why says why not. -1 only on errors.
+static int chain_setup(handle *h, char *err, size_t err_len) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const plumb_backend_tensor *e = &d->tok_embd;
+    const char *env = getenv("PLUMB_CUDA_CHAIN");
+    if (env && !strcmp(env, "0")) snprintf(h->chain_why, sizeof h->chain_why, "PLUMB_CUDA_CHAIN=0");
+    else if (!d->has_head || !e->data) snprintf(h->chain_why, sizeof h->chain_why, "the GPU runs only some of the layers");
+    else if (!embd_type_ok(e->type)) snprintf(h->chain_why, sizeof h->chain_why, "token embeddings of type %u have no device kernel", e->type);
+    else if (e->rows < d->n_vocab || e->cols != d->n_embd) snprintf(h->chain_why, sizeof h->chain_why, "token embeddings of an unexpected shape");
+    else if (h->kprof) snprintf(h->chain_why, sizeof h->chain_why, "PLUMB_CUDA_KPROF times steps one at a time");
+    else if (h->fused_ok) snprintf(h->chain_why, sizeof h->chain_why, "the fused decode kernel (PLUMB_CUDA_FUSED=1) checks each step on the host");
+    else if (h->skip) snprintf(h->chain_why, sizeof h->chain_why, "PLUMB_CUDA_SKIP is a timing experiment");
+    if (h->chain_why[0]) return 0;
+    const size_t bytes = (size_t)e->rows * e->row_bytes;
+    if (to_device(h, (void **)&h->embd, e->data, bytes, err, err_len, "token embeddings")) return -1;
+    h->embd_type = e->type;
+    h->embd_row_bytes = e->row_bytes;
+    CHECK(cudaHostAlloc(&h->hchain, (size_t)CHAIN_SLOTS * d->max_batch * 4, cudaHostAllocMapped), "mapped host memory for greedy picks");
+    CHECK(cudaHostGetDevicePointer((void **)&h->dchain, h->hchain, 0), "mapped host memory for greedy picks");
+    for (int i = 0; i < CHAIN_SLOTS; i++) CHECK(cudaEventCreateWithFlags(&h->chain_ev[i], cudaEventDisableTiming), "creating events");
+    return 0;
+fail:
+    return -1;
+}
+
 static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) {
     handle *h = (handle *)calloc(1, sizeof(handle));
     if (!h) { snprintf(err, err_len, "out of host memory"); return NULL; }
@@ -2858,6 +2964,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     if (d->has_head) CHECK(cudaMallocHost(&h->hlogits, h->hlogits_rows * d->n_vocab * 4), "pinned host memory");
     CHECK(cudaMallocHost(&h->hids, (size_t)nb * 4), "pinned host memory");
     if (fused_setup(h, err, err_len)) goto fail;
+    if (chain_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
     if (getenv("PLUMB_CUDA_MVBENCH") && strcmp(getenv("PLUMB_CUDA_MVBENCH"), "0") && mv_bench(h, err, err_len)) goto fail;
     if (getenv("PLUMB_CUDA_GEMMBENCH") && gemm_bench(h, getenv("PLUMB_CUDA_GEMMBENCH"), err, err_len)) goto fail;
@@ -3595,7 +3702,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     }
     picks = d->has_head && b->argmax && n_out > 0;
     if (picks) { // before the logits copy, so the picks ride along with it
-        k_argmax<<<n_out, 256, 0, h->stream>>>(h->logits, d->n_vocab, h->ids);
+        k_argmax<<<n_out, 1024, 0, h->stream>>>(h->logits, d->n_vocab, h->ids);
         CHECK(cudaGetLastError(), "launching the greedy picks");
         CHECK(cudaMemcpyAsync(h->hids, h->ids, (size_t)n_out * 4, cudaMemcpyDeviceToHost, h->stream), "copying the greedy picks");
     }
@@ -3651,6 +3758,76 @@ fail:
     return -1;
 }
 
+// A greedy chain (see plumb_backend_chain): step s is enqueued before the
+// host waits for step s - 1, and each step ends in k_pick_next, which feeds
+// its picks to the next step on the device and writes them to mapped host
+// memory, so the GPU runs the steps back to back. Positions advance on the
+// device; the block table covers the whole chain, so nothing else changes
+// between steps and each runs the same captured graph as a forward() step.
+static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_t err_len) {
+    handle *h = (handle *)hv;
+    const plumb_backend_model_desc *d = &h->desc;
+    const int n = c->n, D = d->n_embd, nb = d->max_batch;
+    int delivered = 0, failed = 0, stopped = 0;
+    const double t0 = now_s();
+    if (!h->embd) {
+        snprintf(err, err_len, "%s", h->chain_why);
+        return -2;
+    }
+    if (n < 1 || n > nb) { snprintf(err, err_len, "a chain of %d sequences (the plugin takes 1 to %d)", n, nb); return -1; }
+    if (c->max_blocks_per_seq > d->n_kv_blocks) {
+        snprintf(err, err_len, "block table wider than the plugin's (%d > %d)", c->max_blocks_per_seq, d->n_kv_blocks);
+        return -1;
+    }
+    {
+        int *hp = h->hmeta;
+        memcpy(hp, c->pos, (size_t)n * 4);
+        memcpy(hp + nb, c->seq, (size_t)n * 4);
+        for (int t = 0; t < n; t++) hp[2 * nb + t] = t;
+        const size_t table_ints = (size_t)d->n_seq_max * c->max_blocks_per_seq;
+        memcpy(hp + 3 * nb, c->block_table, table_ints * 4);
+        memcpy(h->hids, c->tokens, (size_t)n * 4);
+        CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
+        CHECK(cudaMemcpyAsync(h->ids, h->hids, (size_t)n * 4, cudaMemcpyHostToDevice, h->stream), "copying tokens");
+        k_embed_tokens<<<n, 1024, 0, h->stream>>>(h->embd, h->embd_type, h->embd_row_bytes, D, h->ids, h->x);
+        CHECK(cudaGetLastError(), "launching the token embeddings");
+    }
+    for (int s = 0; s <= c->n_steps && !stopped; s++) {
+        if (s < c->n_steps) { // enqueue step s
+            const int slot = s % CHAIN_SLOTS;
+            cudaGraphExec_t exec = graph_for(h, n, n, c->max_blocks_per_seq, 0, err, err_len, &failed);
+            if (failed) goto fail;
+            if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
+            else if (run_layers(h, n, n, c->max_blocks_per_seq, 0, err, err_len)) goto fail;
+            k_pick_next<<<n, 1024, 0, h->stream>>>(h->logits, d->n_vocab, h->ids, h->dchain + (size_t)slot * nb, h->meta, h->embd, h->embd_type,
+                                                   h->embd_row_bytes, D, h->x);
+            CHECK(cudaGetLastError(), "launching the greedy picks");
+            CHECK(cudaEventRecord(h->chain_ev[slot], h->stream), "recording a step");
+        }
+        if (s > 0) { // step s - 1's picks, while step s runs
+            const int slot = (s - 1) % CHAIN_SLOTS;
+            CHECK(cudaEventSynchronize(h->chain_ev[slot]), "running a chained step");
+            const volatile int *picks = h->hchain + (size_t)slot * nb;
+            int got[MATVEC_MAX_N > 64 ? MATVEC_MAX_N : 64], *ids = n <= (int)(sizeof got / sizeof got[0]) ? got : NULL;
+            if (!ids && !(ids = (int *)malloc((size_t)n * 4))) { snprintf(err, err_len, "out of host memory"); goto fail; }
+            for (int t = 0; t < n; t++) ids[t] = picks[t];
+            delivered = s;
+            stopped = c->on_step(c->user, s - 1, ids) != 0;
+            if (ids != got) free(ids);
+        }
+    }
+    CHECK(cudaStreamSynchronize(h->stream), "running the chain");
+    if (h->times) {
+        h->chain_steps += delivered;
+        h->chain_s += now_s() - t0;
+    }
+    return delivered;
+fail:
+    cudaStreamSynchronize(h->stream);
+    cudaGetLastError();
+    return -1;
+}
+
 static size_t peak_bytes(void *hv) { return hv ? ((handle *)hv)->peak : 0; }
 
 static double copy_bandwidth(void) {
@@ -3688,6 +3865,6 @@ static void host_free(void *p) {
     if (p) cudaFreeHost(p);
 }
 
-static const plumb_backend_iface iface = {PLUMB_BACKEND_ABI, "cuda", dev_info, load, unload, forward, peak_bytes, copy_bandwidth, host_alloc, host_free};
+static const plumb_backend_iface iface = {PLUMB_BACKEND_ABI, "cuda", dev_info, load, unload, forward, peak_bytes, copy_bandwidth, host_alloc, host_free, decode_chain};
 
 extern "C" const plumb_backend_iface *plumb_cuda_backend_entry(void) { return &iface; }
