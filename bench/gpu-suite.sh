@@ -62,7 +62,8 @@
 #   chain  greedy chains (plumb_decode_greedy: steps back to back on the GPU, picks fed back there):
 #          greedy ids with PLUMB_CUDA_CHAIN=0 (step by step) vs chained on the real models and
 #          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
-#          7B Q4_0 batch CHAIN_BATCH (1,8,64) step by step and chained in turn, CHAIN_ROUNDS times (2)
+#          Q4_0 models of CHAIN_SHAPES (llama2-7b) at batch CHAIN_BATCH (1,8,64) step by step and chained in
+#          turn, CHAIN_ROUNDS times (2)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
@@ -446,12 +447,14 @@ chain)
             [ -s "$OUT/ids-step.txt" ] && cmp -s "$OUT/ids-step.txt" "$OUT/ids-chain.txt" && echo "greedy ids identical" ||
                 { echo "greedy ids DIFFER"; cat "$OUT/ids-step.txt" "$OUT/ids-chain.txt"; }
         done
-        m=$(model llama2-7b q4_0)
-        for r in $(seq "${CHAIN_ROUNDS:-2}"); do
-            for ch in 0 1; do
-                echo "== round $r, PLUMB_CUDA_CHAIN=$ch"
-                PLUMB_CUDA_CHAIN=$ch PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${CHAIN_BATCH:-1,8,64}" -p 128 -n 32 \
-                    --reps 3 --no-quality -o "$OUT/chain$ch-r$r" 2>&1 | grep -E "^\| |rror|plumb-cuda: (decode steps|greedy)"
+        for shape in ${CHAIN_SHAPES:-llama2-7b}; do
+            m=$(model "$shape" q4_0)
+            for r in $(seq "${CHAIN_ROUNDS:-2}"); do
+                for ch in 0 1; do
+                    echo "== $shape round $r, PLUMB_CUDA_CHAIN=$ch"
+                    PLUMB_CUDA_CHAIN=$ch PLUMB_CUDA_TIMING=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${CHAIN_BATCH:-1,8,64}" -p 128 -n 32 \
+                        --reps 3 --no-quality -o "$OUT/chain-$shape-$ch-r$r" 2>&1 | grep -E "^\| models|rror|plumb-cuda: (decode steps|greedy)"
+                done
             done
         done
     } 2>&1 | tee "$OUT/chain.txt"

@@ -60,6 +60,9 @@ extern "C" {
 #define TILE_COUNTERS 65536 // output tiles a split-K product may have and still reduce in-kernel
 #define KPROF_MAX 4096  // kernels timed in one step
 #define CHAIN_SLOTS 4   // greedy chain steps whose picks can be in flight to the host
+// what a step's kernels are besides its layers (run_layers, graph_for)
+#define STEP_FUSED 1 // the layers as one persistent kernel (k_decode_fused)
+#define STEP_CHAIN 2 // a greedy chain's step: ends in k_pick_next
 #define KPROF_STATS 512 // (kernel, step size) pairs
 
 #define CHECK(call, what)                                                                                           \
@@ -92,7 +95,7 @@ struct dlayer {
 };
 
 struct graph_slot {
-    int n, n_out, max_blocks, fused, used; // the step's shape: what its kernels' arguments depend on
+    int n, n_out, max_blocks, mode, used; // the step's shape and kind: what its kernels and their arguments depend on
     unsigned long stamp;
     cudaGraphExec_t exec;
 };
@@ -187,6 +190,7 @@ struct handle {
     size_t embd_row_bytes;
     char chain_why[160];
     int *hchain, *dchain;           // mapped pinned picks, [CHAIN_SLOTS][max_batch]: host and device addresses
+    int *chain_in, *hchain_in;      // a chain's first tokens and positions [2][max_batch]: device, pinned staging
     cudaEvent_t chain_ev[CHAIN_SLOTS]; // each slot's step done
     long chain_steps;               // PLUMB_CUDA_TIMING=1: chained steps and their wall time (printed at unload)
     double chain_s;
@@ -1452,16 +1456,20 @@ __global__ void k_wgmma_probe(int *out) {
 #define WGM_NAMES "2x8x4x4, 4x8x4x4, 2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2"
 #define WGM_CODE(WG, BN, NB, FR) (WG * 100000 + BN * 100 + NB * 10 + FR)
 
-// cos/sin of each token's rotary angles, in double like the host.
+// cos/sin of rotary angle j at position p, in double like the host
+__device__ __forceinline__ void rope_angle(int p, int j, int half_rot, float base, float *cs, float *sn) {
+    const double theta = (double)p * pow((double)base, -2.0 * j / (2 * half_rot));
+    *cs = (float)cos(theta);
+    *sn = (float)sin(theta);
+}
+
+// cos/sin of each token's rotary angles
 __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, float *cs, float *sn) {
     pdl_trigger();
     pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * half_rot) return;
-    const int t = i / half_rot, j = i % half_rot;
-    const double theta = (double)pos[t] * pow((double)base, -2.0 * j / (2 * half_rot));
-    cs[i] = (float)cos(theta);
-    sn[i] = (float)sin(theta);
+    rope_angle(pos[i / half_rot], i % half_rot, half_rot, base, cs + i, sn + i);
 }
 
 // Biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into the
@@ -1753,23 +1761,39 @@ __device__ __forceinline__ void embed_row(const uint8_t *embd, uint32_t type, si
     for (int i = threadIdx.x; i < D; i += blockDim.x) x[i] = embd_value(row, type, i);
 }
 
-// A chain's first step: x[t] = the embedding of ids[t] (a block per token)
-__global__ void __launch_bounds__(1024) k_embed_tokens(const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, const int *ids, float *x) {
-    embed_row(embd, type, row_bytes, D, ids[blockIdx.x], x + (size_t)blockIdx.x * D);
+// rotary angle tables of a chained step's positions (its steps leave out k_rope_table)
+struct rope_args {
+    int half_rot;
+    float base;
+    float *cs, *sn;
+};
+
+// A chain's first step (a block per token): x[t] = the embedding of ids[t],
+// and the rotary angles of position pos[t]
+__global__ void __launch_bounds__(1024) k_embed_tokens(const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, const int *ids, float *x,
+                                                       const int *pos, rope_args r) {
+    const int t = blockIdx.x;
+    for (int j = threadIdx.x; j < r.half_rot; j += blockDim.x) rope_angle(pos[t], j, r.half_rot, r.base, r.cs + t * r.half_rot + j, r.sn + t * r.half_rot + j);
+    embed_row(embd, type, row_bytes, D, ids[t], x + (size_t)t * D);
 }
 
-// After each chained step (a block per token): the greedy pick of its logits
-// into ids (the next step's input), into the host's mapped slot, and its
-// embedding into x, at the next position.
-__global__ void __launch_bounds__(1024) k_pick_next(const float *__restrict__ logits, int n_vocab, int *ids, int *host_picks, int *pos,
-                                                    const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, float *x) {
-    const int t = blockIdx.x, at = block_argmax(logits + (size_t)t * n_vocab, n_vocab);
+// The end of a chained step (a block per token): the greedy pick of its
+// logits into ids (the next step's input) and into the host's mapped slot of
+// this step (step = position - the chain's first position), the position
+// advanced, and the pick's embedding into x.
+__global__ void __launch_bounds__(1024) k_pick_next(const float *__restrict__ logits, int n_vocab, int *ids, int *host_picks, const int *base, int *pos,
+                                                    int max_batch, const uint8_t *__restrict__ embd, uint32_t type, size_t row_bytes, int D, float *x,
+                                                    rope_args r) {
+    pdl_wait();
+    const int t = blockIdx.x, at = block_argmax(logits + (size_t)t * n_vocab, n_vocab), p = pos[t];
+    __syncthreads(); // every thread has read pos[t] before it advances
     if (threadIdx.x == 0) {
         ids[t] = at;
-        host_picks[t] = at;
-        pos[t] += 1;
+        host_picks[(size_t)((p - base[t]) % CHAIN_SLOTS) * max_batch + t] = at;
+        pos[t] = p + 1;
         __threadfence_system();
     }
+    for (int j = threadIdx.x; j < r.half_rot; j += blockDim.x) rope_angle(p + 1, j, r.half_rot, r.base, r.cs + t * r.half_rot + j, r.sn + t * r.half_rot + j);
     embed_row(embd, type, row_bytes, D, at, x + (size_t)t * D);
 }
 
@@ -2391,6 +2415,8 @@ static void unload(void *hv) {
         fprintf(stderr, "plumb-cuda: greedy chains: %ld steps, %.3f ms a step (wall, host included)\n", h->chain_steps, 1e3 * h->chain_s / h->chain_steps);
     if (h->embd) cudaFree(h->embd);
     if (h->hchain) cudaFreeHost(h->hchain);
+    if (h->hchain_in) cudaFreeHost(h->hchain_in);
+    if (h->chain_in) cudaFree(h->chain_in);
     for (int i = 0; i < CHAIN_SLOTS; i++) if (h->chain_ev[i]) cudaEventDestroy(h->chain_ev[i]);
     if (h->fused_layers) cudaFree(h->fused_layers);
     if (h->fused_bar) cudaFree(h->fused_bar);
@@ -2738,6 +2764,8 @@ static int chain_setup(handle *h, char *err, size_t err_len) {
     if (to_device(h, (void **)&h->embd, e->data, bytes, err, err_len, "token embeddings")) return -1;
     h->embd_type = e->type;
     h->embd_row_bytes = e->row_bytes;
+    if (!(h->chain_in = (int *)dev_alloc(h, (size_t)2 * d->max_batch * 4, err, err_len, "chain tokens"))) return -1;
+    CHECK(cudaMallocHost(&h->hchain_in, (size_t)2 * d->max_batch * 4), "pinned host memory");
     CHECK(cudaHostAlloc(&h->hchain, (size_t)CHAIN_SLOTS * d->max_batch * 4, cudaHostAllocMapped), "mapped host memory for greedy picks");
     CHECK(cudaHostGetDevicePointer((void **)&h->dchain, h->hchain, 0), "mapped host memory for greedy picks");
     for (int i = 0; i < CHAIN_SLOTS; i++) CHECK(cudaEventCreateWithFlags(&h->chain_ev[i], cudaEventDisableTiming), "creating events");
@@ -3455,14 +3483,16 @@ static void launch_fused(handle *h, int n, int max_blocks) {
     if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e;
 }
 
-static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, char *err, size_t err_len) {
+static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, char *err, size_t err_len) {
+    const int fused = mode & STEP_FUSED;
     h->step_n = n;
     h->launch_err = cudaSuccess;
     const plumb_backend_model_desc *d = &h->desc;
     const int D = d->n_embd, kv_dim = d->n_head_kv * d->head_dim, qd = d->n_head * d->head_dim, ff = d->n_ff, ldq = qd + 2 * kv_dim;
     const int *pos = h->meta, *seq = h->meta + d->max_batch, *rows = h->meta + 2 * d->max_batch, *table = h->meta + 3 * d->max_batch;
     const int mm = h->skip != SKIP_PRODUCTS, other = h->skip != SKIP_OTHERS;
-    if (d->n_rot > 0 && other) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
+    const rope_args ra = {d->n_rot / 2, d->rope_freq_base, h->cs, h->sn};
+    if (d->n_rot > 0 && other && !(mode & STEP_CHAIN)) launch(h, k_rope_table, grid((size_t)n * (d->n_rot / 2), 128), 128, 0, pos, n, d->n_rot / 2, d->rope_freq_base, h->cs, h->sn);
     if (fused) launch_fused(h, n, max_blocks);
     /* A product whose output the next kernel reads (norm, RoPE, SwiGLU) leaves
      * its split-K partials to that kernel (finish_splits); take() hands them over. */
@@ -3501,6 +3531,9 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
         if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah, take());
         if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
+    if (mode & STEP_CHAIN) /* the picks: the next step's tokens, embedded at the next positions */
+        launch(h, k_pick_next, n_out, 1024, 0, (const float *)h->logits, d->n_vocab, h->ids, h->dchain, (const int *)h->chain_in + d->max_batch, h->meta,
+               d->max_batch, (const uint8_t *)h->embd, h->embd_type, h->embd_row_bytes, D, h->x, ra);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = h->launch_err;
     if (e != cudaSuccess) {
@@ -3512,19 +3545,19 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int fused, ch
 
 // The captured graph for this step's shape, capturing it on first use
 // (least recently used slot replaced); NULL to run the kernels directly.
-static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, int fused, char *err, size_t err_len, int *failed) {
+static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, int mode, char *err, size_t err_len, int *failed) {
     *failed = 0;
     if (!h->use_graphs) return NULL;
     graph_slot *victim = &h->graphs[0];
     for (int i = 0; i < GRAPH_SLOTS; i++) {
         graph_slot *s = &h->graphs[i];
-        if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks && s->fused == fused) { s->stamp = ++h->clock; return s->exec; }
+        if (s->used && s->n == n && s->n_out == n_out && s->max_blocks == max_blocks && s->mode == mode) { s->stamp = ++h->clock; return s->exec; }
         if (!s->used || (victim->used && s->stamp < victim->stamp)) victim = s;
     }
     { /* a shape seen for the first time runs its kernels directly: a server's steps
        * mix prompt chunks and decodes into ever new token counts, and capturing and
        * instantiating a graph that is never replayed costs more than the launches */
-        const unsigned key = 1u + (unsigned)n * 2654435761u + (unsigned)n_out * 40503u + (unsigned)max_blocks * 97u + (unsigned)fused;
+        const unsigned key = 1u + (unsigned)n * 2654435761u + (unsigned)n_out * 40503u + (unsigned)max_blocks * 97u + (unsigned)mode;
         int seen = 0;
         for (int i = 0; i < SEEN_SHAPES && !seen; i++) seen = h->seen[i] == key;
         if (!seen && !h->graph_first_sighting) {
@@ -3536,7 +3569,7 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, in
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     if (cudaStreamBeginCapture(h->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) goto off;
-    if (run_layers(h, n, n_out, max_blocks, fused, err, err_len)) {
+    if (run_layers(h, n, n_out, max_blocks, mode, err, err_len)) {
         cudaStreamEndCapture(h->stream, &g);
         if (g) cudaGraphDestroy(g);
         cudaGetLastError();
@@ -3552,7 +3585,7 @@ static cudaGraphExec_t graph_for(handle *h, int n, int n_out, int max_blocks, in
     victim->n = n;
     victim->n_out = n_out;
     victim->max_blocks = max_blocks;
-    victim->fused = fused;
+    victim->mode = mode;
     victim->used = 1;
     victim->stamp = ++h->clock;
     victim->exec = exec;
@@ -3759,25 +3792,28 @@ fail:
 }
 
 // A greedy chain (see plumb_backend_chain): step s is enqueued before the
-// host waits for step s - 1, and each step ends in k_pick_next, which feeds
-// its picks to the next step on the device and writes them to mapped host
-// memory, so the GPU runs the steps back to back. Positions advance on the
-// device; the block table covers the whole chain, so nothing else changes
-// between steps and each runs the same captured graph as a forward() step.
+// host waits for step s - 1. Each step is one graph, the layers and then
+// k_pick_next, which feeds the step's picks to the next step on the device
+// (tokens embedded, positions advanced) and writes them to mapped host
+// memory, so the GPU runs the steps back to back. The block table covers
+// the whole chain, so nothing else changes from step to step.
 static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_t err_len) {
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
     const int n = c->n, D = d->n_embd, nb = d->max_batch;
     int delivered = 0, failed = 0, stopped = 0;
+    int got[64], *ids = n <= 64 ? got : (int *)malloc((size_t)n * 4);
     const double t0 = now_s();
     if (!h->embd) {
         snprintf(err, err_len, "%s", h->chain_why);
+        if (ids != got) free(ids);
         return -2;
     }
-    if (n < 1 || n > nb) { snprintf(err, err_len, "a chain of %d sequences (the plugin takes 1 to %d)", n, nb); return -1; }
+    if (!ids) { snprintf(err, err_len, "out of host memory"); return -1; }
+    if (n < 1 || n > nb) { snprintf(err, err_len, "a chain of %d sequences (the plugin takes 1 to %d)", n, nb); goto fail; }
     if (c->max_blocks_per_seq > d->n_kv_blocks) {
         snprintf(err, err_len, "block table wider than the plugin's (%d > %d)", c->max_blocks_per_seq, d->n_kv_blocks);
-        return -1;
+        goto fail;
     }
     {
         int *hp = h->hmeta;
@@ -3786,34 +3822,29 @@ static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_
         for (int t = 0; t < n; t++) hp[2 * nb + t] = t;
         const size_t table_ints = (size_t)d->n_seq_max * c->max_blocks_per_seq;
         memcpy(hp + 3 * nb, c->block_table, table_ints * 4);
-        memcpy(h->hids, c->tokens, (size_t)n * 4);
+        memcpy(h->hchain_in, c->tokens, (size_t)n * 4);
+        memcpy(h->hchain_in + nb, c->pos, (size_t)n * 4);
         CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
-        CHECK(cudaMemcpyAsync(h->ids, h->hids, (size_t)n * 4, cudaMemcpyHostToDevice, h->stream), "copying tokens");
-        k_embed_tokens<<<n, 1024, 0, h->stream>>>(h->embd, h->embd_type, h->embd_row_bytes, D, h->ids, h->x);
+        CHECK(cudaMemcpyAsync(h->chain_in, h->hchain_in, (size_t)2 * nb * 4, cudaMemcpyHostToDevice, h->stream), "copying tokens");
+        const rope_args ra = {d->n_rot / 2, d->rope_freq_base, h->cs, h->sn};
+        k_embed_tokens<<<n, 1024, 0, h->stream>>>(h->embd, h->embd_type, h->embd_row_bytes, D, h->chain_in, h->x, h->meta, ra);
         CHECK(cudaGetLastError(), "launching the token embeddings");
     }
     for (int s = 0; s <= c->n_steps && !stopped; s++) {
         if (s < c->n_steps) { // enqueue step s
-            const int slot = s % CHAIN_SLOTS;
-            cudaGraphExec_t exec = graph_for(h, n, n, c->max_blocks_per_seq, 0, err, err_len, &failed);
+            cudaGraphExec_t exec = graph_for(h, n, n, c->max_blocks_per_seq, STEP_CHAIN, err, err_len, &failed);
             if (failed) goto fail;
             if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
-            else if (run_layers(h, n, n, c->max_blocks_per_seq, 0, err, err_len)) goto fail;
-            k_pick_next<<<n, 1024, 0, h->stream>>>(h->logits, d->n_vocab, h->ids, h->dchain + (size_t)slot * nb, h->meta, h->embd, h->embd_type,
-                                                   h->embd_row_bytes, D, h->x);
-            CHECK(cudaGetLastError(), "launching the greedy picks");
-            CHECK(cudaEventRecord(h->chain_ev[slot], h->stream), "recording a step");
+            else if (run_layers(h, n, n, c->max_blocks_per_seq, STEP_CHAIN, err, err_len)) goto fail;
+            CHECK(cudaEventRecord(h->chain_ev[s % CHAIN_SLOTS], h->stream), "recording a step");
         }
         if (s > 0) { // step s - 1's picks, while step s runs
             const int slot = (s - 1) % CHAIN_SLOTS;
             CHECK(cudaEventSynchronize(h->chain_ev[slot]), "running a chained step");
             const volatile int *picks = h->hchain + (size_t)slot * nb;
-            int got[MATVEC_MAX_N > 64 ? MATVEC_MAX_N : 64], *ids = n <= (int)(sizeof got / sizeof got[0]) ? got : NULL;
-            if (!ids && !(ids = (int *)malloc((size_t)n * 4))) { snprintf(err, err_len, "out of host memory"); goto fail; }
             for (int t = 0; t < n; t++) ids[t] = picks[t];
             delivered = s;
             stopped = c->on_step(c->user, s - 1, ids) != 0;
-            if (ids != got) free(ids);
         }
     }
     CHECK(cudaStreamSynchronize(h->stream), "running the chain");
@@ -3821,10 +3852,12 @@ static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_
         h->chain_steps += delivered;
         h->chain_s += now_s() - t0;
     }
+    if (ids != got) free(ids);
     return delivered;
 fail:
     cudaStreamSynchronize(h->stream);
     cudaGetLastError();
+    if (ids != got) free(ids);
     return -1;
 }
 
