@@ -48,6 +48,12 @@ int bench_write_markdown(json_t *r, const char *path) {
                 sfield(run, "inter_token_ms", "p99"), sfield(run, "latency_ms", "mean"), sfield(run, "latency_ms", "p50"), sfield(run, "latency_ms", "p90"),
                 sfield(run, "latency_ms", "p99"), bws, num(run, "decode_limit_tps"), 100 * num(run, "decode_fraction_of_limit"), num(run, "peak_rss_mib"));
     }
+    int gpu_runs = 0;
+    json_array_foreach(json_object_get(r, "runs"), i, run) {
+        if (!json_object_get(run, "gpu")) continue;
+        if (!gpu_runs++) fprintf(fp, "\nGPU runs, in table order:\n\n");
+        fprintf(fp, "- %s, batch %d: decode %s; %s\n", str(run, "backend"), (int)num(run, "concurrency"), str(run, "decode_loop"), str(run, "gpu"));
+    }
     json_t *q = json_object_get(r, "quality");
     if (json_array_size(q)) {
         fprintf(fp, "\n## Quality spot check\n\n| type | reference | positions | top-1 agreement | KL mean | KL max |\n|---|---|---:|---:|---:|---:|\n");
