@@ -139,7 +139,6 @@ int cmd_run(int argc, char **argv) {
     int limit = n_predict < 0 ? n_ctx - n_prompt : n_predict;
     if (limit > n_ctx - n_prompt) limit = n_ctx - n_prompt;
     int n_gen = 0, pos = n_prompt;
-    char piece[256];
     double tg0 = plumb_time_s();
     const int chained = limit > 1 && plumb_sampler_is_greedy(s) && plumb_ctx_greedy_chained(c);
     if (chained) {
@@ -158,11 +157,7 @@ int cmd_run(int argc, char **argv) {
         plumb_token t = plumb_sample(s, plumb_get_logits(c));
         toks[pos] = t;
         if (t == plumb_token_eos(m) && !ignore_eos) break;
-        int len = plumb_token_to_piece(m, t, piece, sizeof piece);
-        if (len > 0) {
-            fwrite(piece, 1, (size_t)len, stdout);
-            fflush(stdout);
-        }
+        print_piece(m, t);
         if (n_gen + 1 == limit || pos + 1 >= n_ctx) { n_gen++; break; }
         if (plumb_eval(c, &t, 1, pos)) { cli_fail("run", "%s", plumb_last_error()); goto out; }
         pos++;

@@ -60,7 +60,7 @@ typedef struct {
     const int *tokens, *pos, *seq;
     const int *block_table; /* [n_seq_max][max_blocks_per_seq] */
     int max_blocks_per_seq;
-    int (*on_step)(void *user, int step, const int *picks);
+    int (*on_step)(void *user, int step, const int32_t *picks); /* picks: plumb_tokens, so plumb_step_fn fits */
     void *user;
 } plumb_backend_chain;
 

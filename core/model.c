@@ -461,13 +461,39 @@ void plumb_seq_truncate(plumb_ctx *c, int seq, int n_pos) {
 
 int plumb_kv_free_positions(const plumb_ctx *c) { return c->n_free * PLUMB_KV_BLOCK; }
 
+/* KV blocks so that each sequence s can hold positions up to last[s]
+ * (last: [n_seq_max], -1 for none), for all of them or none
+ * (PLUMB_ERR_KV_FULL, nothing changed). */
+static int reserve_blocks(plumb_ctx *c, const int *last) {
+    int need = 0;
+    for (int s = 0; s < c->n_seq_max; s++) {
+        const int more = last[s] < 0 ? 0 : last[s] / PLUMB_KV_BLOCK + 1 - c->seqs[s].n_blocks;
+        if (more > 0) need += more;
+    }
+    if (need > c->n_free) {
+        plumb_set_error("KV cache full: %d more blocks needed, %d free (context %d positions)", need, c->n_free, c->n_ctx);
+        return PLUMB_ERR_KV_FULL;
+    }
+    for (int s = 0; s < c->n_seq_max; s++)
+        while (last[s] >= 0 && c->seqs[s].n_blocks <= last[s] / PLUMB_KV_BLOCK) c->seqs[s].blocks[c->seqs[s].n_blocks++] = c->free_blocks[--c->n_free];
+    return 0;
+}
+
+/* a list of n_seq_max -1s (reserve_blocks' "nothing"), or NULL */
+static int *no_last_positions(const plumb_ctx *c) {
+    int *last = malloc(sizeof(int) * (size_t)c->n_seq_max);
+    if (!last) plumb_set_error("out of memory");
+    else memset(last, 0xff, sizeof(int) * (size_t)c->n_seq_max);
+    return last;
+}
+
 int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
     const int n = b->n, nv = c->model->hp.n_vocab;
     if (n <= 0) return plumb_set_error("nothing to evaluate");
-    /* validate everything, and count the blocks needed, before changing anything */
-    int need = 0, n_out = 0;
-    int *extra = calloc((size_t)c->n_seq_max, sizeof(int)); /* blocks each sequence will need */
-    if (!extra) return plumb_set_error("out of memory");
+    /* validate everything, and find each sequence's last position, before changing anything */
+    int n_out = 0;
+    int *last = no_last_positions(c);
+    if (!last) return -1;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         const int s = b->seq[i], p = b->pos[i];
@@ -475,21 +501,14 @@ int plumb_decode(plumb_ctx *c, const plumb_batch *b) {
         else if (b->tokens[i] < 0 || b->tokens[i] >= nv) rc = plumb_set_error("token id %d outside the vocabulary (%d)", b->tokens[i], nv);
         else if (p < 0 || p >= c->n_ctx) rc = plumb_set_error("context full: position %d exceeds the context size %d (-c)", p, c->n_ctx);
         else if (p > c->seqs[s].n_pos + i) rc = plumb_set_error("token %d: position %d leaves a gap after %d cached positions", i, p, c->seqs[s].n_pos);
-        else {
-            const int blocks = p / PLUMB_KV_BLOCK + 1 - c->seqs[s].n_blocks;
-            if (blocks > extra[s]) { need += blocks - extra[s]; extra[s] = blocks; }
-        }
+        else if (p > last[s]) last[s] = p;
         if (!b->logits ? i == n - 1 : b->logits[i] != 0) n_out++;
     }
-    free(extra);
+    if (!rc) rc = reserve_blocks(c, last);
+    free(last);
     if (rc) return rc;
-    if (need > c->n_free) {
-        plumb_set_error("KV cache full: %d more blocks needed, %d free (context %d positions)", need, c->n_free, c->n_ctx);
-        return PLUMB_ERR_KV_FULL;
-    }
     for (int i = 0; i < n; i++) {
         plumb_seq *s = &c->seqs[b->seq[i]];
-        while (s->n_blocks <= b->pos[i] / PLUMB_KV_BLOCK) s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
         if (b->pos[i] + 1 > s->n_pos) s->n_pos = b->pos[i] + 1;
     }
     if (n_out > c->n_logits) {
@@ -542,49 +561,19 @@ int plumb_ctx_greedy_chained(const plumb_ctx *c) {
     return c->gpu_handle && c->gpu_head && c->gpu->decode_chain && !c->chain_off;
 }
 
-/* Blocks for positions up to last of every sequence of the chain, all or
- * none (PLUMB_ERR_KV_FULL, nothing changed). */
-static int reserve_blocks(plumb_ctx *c, int n, const int *seq, const int *last) {
-    int need = 0;
-    for (int i = 0; i < n; i++) {
-        const int more = last[i] / PLUMB_KV_BLOCK + 1 - c->seqs[seq[i]].n_blocks;
-        if (more > 0) need += more;
-    }
-    if (need > c->n_free) {
-        plumb_set_error("KV cache full: %d more blocks needed, %d free (context %d positions)", need, c->n_free, c->n_ctx);
-        return PLUMB_ERR_KV_FULL;
-    }
-    for (int i = 0; i < n; i++) {
-        plumb_seq *s = &c->seqs[seq[i]];
-        while (s->n_blocks <= last[i] / PLUMB_KV_BLOCK) s->blocks[s->n_blocks++] = c->free_blocks[--c->n_free];
-    }
-    return 0;
-}
-
-typedef struct {
-    plumb_step_fn fn;
-    void *user;
-} chain_user;
-static int chain_step(void *u, int step, const int *picks) {
-    const chain_user *cu = u;
-    return cu->fn(cu->user, step, picks);
-}
-
 /* The chain on the GPU: 0 with *done steps, 1 when this model cannot chain
  * (nothing run; c->chain_off set and the reason added to gpu_status), or
  * a negative error. */
 static int greedy_on_gpu(plumb_ctx *c, int n, const plumb_token *tokens, const int *pos, const int *seq, int n_steps, plumb_step_fn on_step, void *user,
                          int *done) {
-    int *last = malloc(sizeof(int) * (size_t)n);
-    if (!last) return plumb_set_error("out of memory");
-    for (int i = 0; i < n; i++) last[i] = pos[i] + n_steps - 1;
-    int rc = reserve_blocks(c, n, seq, last);
+    int *last = no_last_positions(c);
+    if (!last) return -1;
+    for (int i = 0; i < n; i++) last[seq[i]] = pos[i] + n_steps - 1;
+    const int rc = reserve_blocks(c, last);
     free(last);
     if (rc) return rc;
-    for (int i = 0; i < c->n_seq_max; i++)
-        for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
-    chain_user cu = {on_step, user};
-    const plumb_backend_chain ch = {n, n_steps, tokens, pos, seq, c->block_table, c->n_kv_blocks, chain_step, &cu};
+    fill_block_table(c);
+    const plumb_backend_chain ch = {n, n_steps, tokens, pos, seq, c->block_table, c->n_kv_blocks, on_step, user};
     char err[512] = "";
     c->n_logits_valid = 0;
     c->argmax_valid = 0;

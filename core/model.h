@@ -139,6 +139,12 @@ static inline float *kv_part_at(const plumb_ctx *c, float *pool, int part, const
     return pool + c->kv_part_off[part] + (((size_t)block * c->gpu_first + (size_t)l) * PLUMB_KV_BLOCK + (size_t)(pos % PLUMB_KV_BLOCK)) * width;
 }
 
+/* The sequences' block lists as the GPU takes them: block_table[seq][j] */
+static inline void fill_block_table(plumb_ctx *c) {
+    for (int i = 0; i < c->n_seq_max; i++)
+        for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
+}
+
 /* Key (or value) vector of KV head kvh at sequence position pos, layer l. */
 static inline float *kv_head_at(const plumb_ctx *c, float *pool, const plumb_seq *s, int l, int pos, int kvh) {
     const int part = kv_part_of(c, kvh);

@@ -273,8 +273,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
     /* the remaining layers on the GPU: hidden states cross over, and come
      * back (or, when the GPU has the head too, the logits do) */
     if (c->gpu_handle) {
-        for (int i = 0; i < c->n_seq_max; i++)
-            for (int j = 0; j < c->seqs[i].n_blocks; j++) c->block_table[(size_t)i * c->n_kv_blocks + j] = c->seqs[i].blocks[j];
+        fill_block_table(c);
         plumb_backend_batch gb = {n, pos, seq, want, c->block_table, c->n_kv_blocks, c->gpu_head ? argmax_out : NULL};
         char err[512];
         if (c->gpu->forward(c->gpu_handle, &gb, c->x, logits_out, err, sizeof err)) return plumb_set_error("GPU: %s", err);
