@@ -59,6 +59,7 @@
 #          KL etc. at chunks of 8 and 64), then TinyLlama and 7B Q4_K -ngl all at batch 1/8/64
 #          and TinyLlama Q4_K on the device's CPU at batch 1
 #   cpu    TinyLlama and 7B on the device's CPU and with partial offload (-ngl 11 / 16)
+#   prof7b ncu's full set for one 7B batch-64 decode step's GEMM and attention launches (see below)
 #   chain  greedy chains (plumb_decode_greedy: steps back to back on the GPU, picks fed back there):
 #          greedy ids with PLUMB_CUDA_CHAIN=0 (step by step) vs chained on the real models and
 #          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
@@ -474,6 +475,21 @@ prof)
 esac
 done
 rm -f "$OUT"/base-*.bin
+# PARTS=prof7b: ncu's full set for the kernels of one 7B Q4_0 batch-PROF_BATCH (64) decode step at
+# context ~PROF_PROMPT (128) (PLUMB_CUDA_PROFILE_STEP: step 3 inside the profiler's range, graphs off),
+# those named by PROF_KERNELS (default the batch GEMM and attention), PROF_COUNT (10) launches:
+# details (speed of light, memory, stall reasons) in $OUT/prof7b.txt, the report in $OUT/prof7b.ncu-rep
+if [[ " ${PARTS:-} " == *" prof7b "* ]]; then
+    m=$(model llama2-7b q4_0)
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    PLUMB_CUDA_PROFILE_STEP=3 PLUMB_BENCH_STEPS=1 PLUMB_CUDA_GRAPHS=0 timeout 400 "$NCU" --clock-control none --profile-from-start off \
+        --set full -k "regex:${PROF_KERNELS:-k_gemm_wg|k_attention}" --launch-count "${PROF_COUNT:-10}" -f -o "$OUT/prof7b" \
+        $P bench -m "$m" --backends cuda --ngl all --batch "${PROF_BATCH:-64}" -p "${PROF_PROMPT:-128}" -n 6 --reps 1 --warmup 0 --no-quality \
+        -o "$OUT/prof7b-bench" > "$OUT/prof7b-run.txt" 2>&1
+    tail -3 "$OUT/prof7b-run.txt"
+    "$NCU" -i "$OUT/prof7b.ncu-rep" --page details > "$OUT/prof7b.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Ipc" "$OUT/prof7b.txt" | head -120
+fi
 # PARTS=gemmprof: ncu's speed-of-light, occupancy and stall sections for one
 # batch-64 GEMM launch (TinyLlama shape; GEMMPROF_KERNEL=k_gemm_q for the F16 one)
 if [[ " ${PARTS:-} " == *" gemmprof "* ]]; then

@@ -33,7 +33,10 @@
 #include <cublas_v2.h>
 #include <climits>
 #include <cxxabi.h>
+#include <cuda.h> // CUtensorMap (types only: the driver's encoder comes through the runtime's entry-point query)
+#include <cudaTypedefs.h>
 #include <cuda_fp16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mma.h>
@@ -75,6 +78,8 @@ extern "C" {
     } while (0)
 
 // A weight matrix on the device: quantized (qs + scales) or F16.
+#define AMAPS 8 // activation tensor maps a handle keeps
+
 struct dmat {
     uint32_t type; // TYPE_Q4_0, TYPE_Q8_0, TYPE_Q4_K or TYPE_F16 (F32 sources are stored as F16)
     int rows, cols;
@@ -83,6 +88,7 @@ struct dmat {
     __half *d;    // [rows][dstride] block scales (cols/32 of them, rows padded to a multiple of 8)
     int dstride;
     __half *f16;  // F16: [rows][cols]
+    CUtensorMap *wmap; // Q4_0 / Q8_0 with TMA: the quants as a 2D tensor (see make_wmap); NULL: none (64-byte aligned, from aligned_alloc)
 };
 
 struct dlayer {
@@ -152,6 +158,10 @@ struct handle {
     int gemm_wide;                             // 32-row warps in the GEMM from 32 tokens on (PLUMB_CUDA_GEMM_ROWS=32; default 16)
     int gemm_kind;                             // the batch GEMM (PLUMB_CUDA_GEMM): GEMM_WG (wg), GEMM_REG (reg), GEMM_I8 (i8) or GEMM_F16 (f16)
     int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
+    PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
+    int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
+    CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
+    int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
     long wg_small_elems;                       // ... for matrices of at least this many weights (PLUMB_CUDA_WG_SMALL=N sets N and 0)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
@@ -169,6 +179,7 @@ struct handle {
     // PLUMB_CUDA_KPROF=1: each kernel of a step between two events (CUDA graphs
     // off); per step size, time per kernel printed at unload
     int kprof, kp_n;                // kernels recorded in the running step
+    int prof_step, decode_steps;    // PLUMB_CUDA_PROFILE_STEP: the decode step inside the profiler's range; decode steps so far
     cudaEvent_t *kp_ev;             // [2 * KPROF_MAX]
     const void **kp_fn;             // [KPROF_MAX]
     struct kp_stat { const void *fn; int key; long calls; double ms; } *kp_st; // fn NULL: the step count of key
@@ -1149,13 +1160,20 @@ __device__ __forceinline__ __half2 bits_h2(uint32_t v) { return *(const __half2 
 // reads 1024 + q (minus 1032: q - 8, exact); a high nibble left in place
 // reads 1024 + 16 q (times 1/16 minus 72: q - 8, exact in one FMA); then
 // the block scale.
+// (x & m) | c in one LOP3 (written as C, it takes two: a LOP3 has one immediate)
+__device__ __forceinline__ uint32_t and_or(uint32_t x, uint32_t m, uint32_t c) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "r"(m), "r"(c));
+    return r;
+}
+
 __device__ __forceinline__ void dequant_q4_word(uint32_t w, __half2 d, uint32_t s[2][2]) {
     const __half2 lo_bias = __float2half2_rn(-1032.0f), hi_mul = __float2half2_rn(0.0625f), hi_bias = __float2half2_rn(-72.0f);
 #pragma unroll
     for (int p = 0; p < 2; p++) {
         const uint32_t pair = __byte_perm(w, 0, p ? 0x4342 : 0x4140); // bytes 2p, 2p+1 in the two halves
-        s[0][p] = h2_bits(__hmul2(__hadd2(bits_h2((pair & 0x000F000Fu) | 0x64006400u), lo_bias), d));
-        s[1][p] = h2_bits(__hmul2(__hfma2(bits_h2((pair & 0x00F000F0u) | 0x64006400u), hi_mul, hi_bias), d));
+        s[0][p] = h2_bits(__hmul2(__hadd2(bits_h2(and_or(pair, 0x000F000Fu, 0x64006400u)), lo_bias), d));
+        s[1][p] = h2_bits(__hmul2(__hfma2(bits_h2(and_or(pair, 0x00F000F0u, 0x64006400u)), hi_mul, hi_bias), d));
     }
 }
 
@@ -1423,6 +1441,168 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
     wg_wait<0>();
     wg_hold(acc);
     cp_async_wait<0>();
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
+            if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
+        }
+#endif
+}
+
+// ---- the wgmma GEMM fed by the tensor memory accelerator (TMA) ----------
+// k_gemm_wg spends a third of its time issuing its cp.async copies (every
+// thread, every slice: addresses, bounds, ~120 instructions a slice) and
+// stalled on their queues (ncu on the H200, 7B batch 64, bench/results/gpu/
+// v15-*). Here one thread asks the TMA for a slice in a few instructions:
+// the quants as boxes of 64 rows x one slice's bytes, 64- (Q4_0) or 128-byte
+// (Q8_0) swizzled so a warp's fragment loads of 8 rows hit distinct banks,
+// and the activations as boxes of BN tokens x 64 values in the 128-byte
+// swizzle that the wgmma descriptors read (the same layout k_gemm_wg builds
+// by hand). Each stage has an mbarrier that the copies complete. A lane's
+// scales (its two rows' NB per slice, 8 bytes each) come by plain loads one
+// slice ahead, into registers. Stage reuse is as in k_gemm_wg: slice c's
+// copies go into the stage of slice c - 2, whose MMAs every warp has waited
+// for before the barrier at the top of slice c - 1... c.
+template <int TYPE, int WG, int BN, int NB>
+struct gemm_wt_smem {
+    static constexpr int BM = 64 * WG, THREADS = 128 * WG, KC = NB * QK;
+    static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32;
+    static constexpr int WROW = QB * NB; // a row's quant bytes a slice: the swizzle span (64 or 128)
+    static constexpr int STAGE_W = BM * WROW, A_AT = (STAGE_W + 1023) / 1024 * 1024, STAGE_A = BN * KC * 2;
+    static constexpr int STAGE = A_AT + STAGE_A;
+    static constexpr int STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
+    static constexpr int BARS = STAGES * STAGE;            // the stages' mbarriers, after the stages
+    static constexpr int BYTES = BARS + 8 * STAGES + 1024; // + room to align the base to 1024
+    static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's copies deliver
+    static_assert(WROW == 64 || WROW == 128, "a row's slice is one swizzle span");
+    static_assert(STAGES >= 3, "a slice's copies go two stages back");
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// one arrival that also says how many bytes the phase's copies will deliver
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+// box (x, y) of the tensor map into dst; its bytes complete bar's phase
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
+                 "l"((uint64_t)map), "r"(x), "r"(y), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+template <int TYPE, int WG, int BN, int NB, int FR>
+__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+                                                        const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
+                                                        int accumulate, int chunks_per_split, float *partial) {
+#ifdef HAVE_WGMMA
+    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    constexpr int ST = L::STAGES, AHEAD = ST - 2, KC = L::KC, WROW = L::WROW;
+    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    uint64_t *bars = (uint64_t *)(smem + L::BARS);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+    const bool leader = threadIdx.x == 0;
+    if (leader) {
+        for (int s = 0; s < ST; s++) mbar_init(&bars[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // slice c's copies (local slice i = c - c_begin: stage i % ST); the weights arm the stage's barrier for both
+    auto issue_w = [&](int c) {
+        const int s = (c - c_begin) % ST;
+        mbar_expect_tx(&bars[s], L::TX);
+#pragma unroll
+        for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * WROW, &wmap, c * WROW, r0 + 64 * w, &bars[s]);
+    };
+    auto issue_a = [&](int c) {
+        const int s = (c - c_begin) % ST;
+#pragma unroll
+        for (int h = 0; h < KC / 64; h++) tma_load_2d(smem + s * L::STAGE + L::A_AT + h * BN * 128, &amap, c * KC + 64 * h, t0, &bars[s]);
+    };
+    pdl_trigger();
+    if (leader)
+        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_w(c_begin + s);
+    pdl_wait(); // the activations are the previous kernel's
+    if (leader)
+        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_a(c_begin + s);
+
+    const int wrow = warp * 16 + g; // this lane's first row in the block (its second: wrow + 8, same swizzle)
+    const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7;
+    // this lane's two rows' NB scales of slice c (zeros past the rows; scale rows are zero-padded past the blocks)
+    auto load_scales = [&](int c, uint2 (&sc)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + wrow + 8 * h;
+            sc[h] = r < rows && c < c_end ? __ldg((const uint2 *)(wd + (size_t)r * dstride + (size_t)c * NB)) : make_uint2(0, 0);
+        }
+    };
+    uint2 sc_next[2];
+    load_scales(c_begin, sc_next);
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0;
+    wg_hold(acc);
+    for (int c = c_begin; c < c_end; c++) {
+        const int i = c - c_begin, s = i % ST;
+        __syncthreads(); // every warp is past slice c - 1's fragment loads and has waited for slice c - 2's MMAs
+        if (leader && c + AHEAD < c_end) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // those reads before the TMA's writes
+            issue_w(c + AHEAD);
+            issue_a(c + AHEAD);
+        }
+        const uint2 sc[2] = {sc_next[0], sc_next[1]};
+        load_scales(c + 1, sc_next);
+        mbar_wait(&bars[s], (i / ST) & 1);
+        const unsigned char *st = smem + s * L::STAGE, *sa = st + L::A_AT;
+        uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            uint32_t(&f)[2][4] = af[b % FR];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t dw = b < 2 ? sc[h].x : sc[h].y;
+                const __half2 d = bits_h2(__byte_perm(dw, 0, b & 1 ? 0x3232 : 0x1010));
+                const unsigned char *row = st + (wrow + 8 * h) * WROW;
+                uint32_t sv[2][2];
+                if (TYPE == TYPE_Q4_0) dequant_q4_word(frag_word(row + ((b ^ swz) << 4), tq), d, sv);
+                else {
+                    dequant_q8_word(frag_word(row + (((2 * b) ^ swz) << 4), tq), d, sv[0]);
+                    dequant_q8_word(frag_word(row + (((2 * b + 1) ^ swz) << 4), tq), d, sv[1]);
+                }
+#pragma unroll
+                for (int step = 0; step < 2; step++) {
+                    f[step][h] = sv[step][0];
+                    f[step][2 + h] = sv[step][1];
+                }
+            }
+            wg_fence();
+#pragma unroll
+            for (int step = 0; step < 2; step++) {
+                const int ks = 2 * b + step;
+                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32));
+            }
+            wg_commit();
+            wg_wait<FR - 1>();
+        }
+    }
+    wg_wait<0>();
+    wg_hold(acc);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -2284,6 +2464,38 @@ static void split_blocks(const plumb_backend_tensor *const *srcs, int n, size_t 
 
 // Uploads the matrices srcs[0..n) stacked by rows into one device matrix
 // (same type and width), splitting quant blocks into quants and scales.
+/* TMA's view of a Q4_0 / Q8_0 matrix's quants: row bytes x rows, boxes of one
+ * slice of 4 blocks (64 / 128 bytes, that many bytes' swizzle) x 64 rows */
+static void make_wmap(handle *h, dmat *W) {
+    const cuuint64_t row_bytes = W->type == TYPE_Q4_0 ? (cuuint64_t)W->cols / 2 : (cuuint64_t)W->cols;
+    const cuuint64_t dims[2] = {row_bytes, (cuuint64_t)W->rows}, strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {W->type == TYPE_Q4_0 ? 64u : 128u, 64u}, unit[2] = {1, 1};
+    CUtensorMap *m = (CUtensorMap *)aligned_alloc(64, sizeof(CUtensorMap));
+    if (m && h->encode_tiled(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, W->qs, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                             W->type == TYPE_Q4_0 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS)
+        W->wmap = m;
+    else free(m);
+}
+
+/* TMA's view of the F16 activations for products over k values: k x max_batch
+ * tokens (a launch's tokens past n read stale rows, which only its unwritten
+ * outputs see), boxes of 64 values (128 bytes, 128-byte swizzle: the wgmma
+ * descriptors' layout) x bn tokens; NULL if the encoder refuses */
+static const CUtensorMap *act_map(handle *h, int k, int bn) {
+    for (int i = 0; i < h->n_amaps; i++)
+        if (h->amap_k[i] == k && h->amap_bn[i] == bn) return &h->amaps[i];
+    if (h->n_amaps == AMAPS || (!h->amaps && !(h->amaps = (CUtensorMap *)aligned_alloc(64, AMAPS * sizeof(CUtensorMap))))) return NULL;
+    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)h->desc.max_batch}, strides[1] = {(cuuint64_t)k * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)bn}, unit[2] = {1, 1};
+    if (h->encode_tiled(&h->amaps[h->n_amaps], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, h->ah, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return NULL;
+    h->amap_k[h->n_amaps] = k;
+    h->amap_bn[h->n_amaps] = bn;
+    return &h->amaps[h->n_amaps++];
+}
+
 static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n, dmat *dst, char *err, size_t err_len) {
     memset(dst, 0, sizeof *dst);
     const uint32_t type = srcs[0]->type;
@@ -2324,6 +2536,7 @@ static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n,
             rc = to_device(h, (void **)&dst->qs, hq, qrow * rows, err, err_len, "weights") ||
                  to_device(h, (void **)&dst->d, hd, ds * rows * 2, err, err_len, "weight scales") ? -1 : 0;
         }
+        if (rc == 0 && h->wg_tma) make_wmap(h, dst); /* without it, the copies kernel */
         free(hq);
         free(hd);
         return rc;
@@ -2383,6 +2596,7 @@ static void free_mat(dmat *m) {
     if (m->d) cudaFree(m->d);
     if (m->f16) cudaFree(m->f16);
     if (m->kh) cudaFree(m->kh);
+    free(m->wmap);
 }
 
 static void kprof_print(handle *h);
@@ -2404,6 +2618,7 @@ static void unload(void *hv) {
         fprintf(stderr, "plumb-cuda: fused check: %ld steps, %ld logit rows, top-1 agrees on %ld, max |logit difference| %.3g (largest |logit| %.3g)\n",
                 h->chk_steps, h->chk_rows, h->chk_agree, h->chk_maxdiff, h->chk_maxabs);
     free(h->check_logits);
+    free(h->amaps);
     if (h->kprof) kprof_print(h);
     if (h->kp_ev) {
         for (int i = 0; i < 2 * KPROF_MAX; i++) if (h->kp_ev[i]) cudaEventDestroy(h->kp_ev[i]);
@@ -2904,6 +3119,19 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         cudaFree(dflag);
         CHECK(pe, "probing the GPU");
     }
+    if (h->wgmma) { /* TMA: the driver's encoder through the runtime (no link-time libcuda) */
+        const char *wl = getenv("PLUMB_CUDA_WG_LOAD");
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (wl && strcmp(wl, "tma") && strcmp(wl, "copies")) {
+            snprintf(err, err_len, "PLUMB_CUDA_WG_LOAD wants tma or copies (how the wgmma GEMM loads its slices)");
+            goto fail;
+        }
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess && q == cudaDriverEntryPointSuccess)
+            h->encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+        cudaGetLastError();
+        h->wg_tma = h->encode_tiled && !(wl && !strcmp(wl, "copies"));
+    }
     if (h->gemm_kind == GEMM_WG && !h->wgmma) {
         if (getenv("PLUMB_CUDA_GEMM")) {
             snprintf(err, err_len, "PLUMB_CUDA_GEMM=wg needs a Hopper GPU (compute capability 9.0) and the plugin's sm_90a code; this device has %d.x", major);
@@ -2911,6 +3139,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->gemm_kind = GEMM_REG;
     }
+    /* PLUMB_CUDA_PROFILE_STEP=N: only the Nth decode step runs inside the profiler's range
+     * (cudaProfilerStart/Stop), so `ncu --profile-from-start off` sees one step's kernels */
+    if (getenv("PLUMB_CUDA_PROFILE_STEP")) h->prof_step = atoi(getenv("PLUMB_CUDA_PROFILE_STEP"));
     if (getenv("PLUMB_CUDA_KPROF") && strcmp(getenv("PLUMB_CUDA_KPROF"), "0")) {
         h->kp_ev = (cudaEvent_t *)calloc(2 * KPROF_MAX, sizeof(cudaEvent_t));
         h->kp_fn = (const void **)calloc(KPROF_MAX, sizeof(void *));
@@ -3133,6 +3364,18 @@ static cudaError_t gemm_wg_allow_smem_one() {
     return e;
 }
 
+template <int TYPE, int WG, int BN, int NB, int FR>
+static cudaError_t gemm_wt_allow_smem_one() {
+    if constexpr (NB != 4) return cudaSuccess; /* TMA boxes: one map per matrix, slices of 4 blocks */
+    else {
+        typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        return e;
+    }
+}
+
 static int gemm_wg_tile_known(int tile) {
 #define WGM_KNOWN(WG, BN, NB, FR) if (tile == WGM_CODE(WG, BN, NB, FR)) return 1;
     WGM_CONFIGS(WGM_KNOWN)
@@ -3144,7 +3387,9 @@ static int gemm_wg_tile_known(int tile) {
 static cudaError_t gemm_allow_smem() {
 #define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
 #define GR_ALLOW(WM, MT, NT, NB, KS) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB, KS>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB, KS>(),
-#define WGM_ALLOW(WG, BN, NB, FR) gemm_wg_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wg_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),
+#define WGM_ALLOW(WG, BN, NB, FR)                                                                                          \
+    gemm_wg_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wg_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),                  \
+        gemm_wt_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wt_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),
     const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW) WGM_CONFIGS(WGM_ALLOW)
 #undef GI_ALLOW
 #undef GR_ALLOW
@@ -3260,6 +3505,16 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
     const double slice_us = 2.0 * L::BM * BN * L::KC / 5e6;
     int cps;
     const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, (W->cols / QK + NB - 1) / NB, n, W->rows, slice_us, &cps);
+    if constexpr (NB == 4) {
+        const CUtensorMap *am = h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
+        if (am) {
+            typedef gemm_wt_smem<TYPE, WG, BN, NB> T;
+            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
+                   W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+            if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
+            return;
+        }
+    }
     launch(h, k_gemm_wg<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
            (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
@@ -3688,7 +3943,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
     const int n = b->n, D = d->n_embd, nb = d->max_batch;
-    int n_out = 0, failed = 0, fused = 0, checking = 0, picks = 0;
+    int n_out = 0, failed = 0, fused = 0, checking = 0, picks = 0, profiled = 0;
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
     if (b->max_blocks_per_seq > d->n_kv_blocks) {
@@ -3725,6 +3980,8 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     }
     exec = graph_for(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len, &failed);
     if (failed) return -1;
+    profiled = h->prof_step > 0 && n_out == n && distinct(b->seq, n) && ++h->decode_steps == h->prof_step;
+    if (profiled) CHECK(cudaProfilerStart(), "starting the profiler's range");
     if (h->times) cudaEventRecord(h->ev0, h->stream);
     if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
     else if (run_layers(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len)) return -1;
@@ -3760,6 +4017,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
         memcpy(x_host, h->hx, (size_t)n * D * 4);
     }
     CHECK(cudaStreamSynchronize(h->stream), "running the layers");
+    if (profiled) CHECK(cudaProfilerStop(), "ending the profiler's range");
     if (fused && *h->hflag) {
         h->fused_ok = 0;
         snprintf(err, err_len, "the fused decode kernel's grid barrier timed out (its blocks were not all resident); PLUMB_CUDA_FUSED=0 turns it off");
