@@ -160,6 +160,7 @@ struct handle {
     int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
+    int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1471,13 +1472,15 @@ struct gemm_wt_smem {
     static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32;
     static constexpr int WROW = QB * NB; // a row's quant bytes a slice: the swizzle span (64 or 128)
     static constexpr int STAGE_W = BM * WROW, A_AT = (STAGE_W + 1023) / 1024 * 1024, STAGE_A = BN * KC * 2;
-    static constexpr int STAGE = A_AT + STAGE_A;
+    static constexpr int SC_AT = A_AT + STAGE_A;                              // the rows' NB scales (8 bytes a row)
+    static constexpr int STAGE = (SC_AT + BM * 2 * NB + 1023) / 1024 * 1024; // (stages 1024-aligned: the activations' swizzle)
     static constexpr int STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
     static constexpr int BARS = STAGES * STAGE;            // the stages' mbarriers, after the stages
     static constexpr int BYTES = BARS + 8 * STAGES + 1024; // + room to align the base to 1024
-    static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's copies deliver
+    static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's TMA copies deliver (the scales' cp.async arrive apart)
     static_assert(WROW == 64 || WROW == 128, "a row's slice is one swizzle span");
     static_assert(STAGES >= 3, "a slice's copies go two stages back");
+    static_assert(NB == 4, "a row's scales of a slice: one 8-byte copy");
 };
 
 __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -1494,6 +1497,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
                  "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
                  "r"(parity)
                  : "memory");
+}
+// bar's phase also waits for this thread's cp.async copies so far (one of its expected arrivals)
+__device__ __forceinline__ void mbar_arrive_copies(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 // box (x, y) of the tensor map into dst; its bytes complete bar's phase
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *bar) {
@@ -1518,17 +1525,25 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
     const bool leader = threadIdx.x == 0;
-    if (leader) {
-        for (int s = 0; s < ST; s++) mbar_init(&bars[s], 1);
+    if (leader) { // a stage's phase: the leader's arrival (with the TMA bytes) and each scale-copying thread's
+        for (int s = 0; s < ST; s++) mbar_init(&bars[s], 1 + L::BM);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // slice c's copies (local slice i = c - c_begin: stage i % ST); the weights arm the stage's barrier for both
+    // slice c's copies (local slice i = c - c_begin: stage i % ST): the leader's TMA boxes of quants (arming the
+    // stage's barrier for them and the activations), and thread r < BM's copy of row r's scales
+    const int srow = r0 + (int)threadIdx.x < rows ? r0 + (int)threadIdx.x : -1;
     auto issue_w = [&](int c) {
         const int s = (c - c_begin) % ST;
-        mbar_expect_tx(&bars[s], L::TX);
+        if (leader) {
+            mbar_expect_tx(&bars[s], L::TX);
 #pragma unroll
-        for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * WROW, &wmap, c * WROW, r0 + 64 * w, &bars[s]);
+            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * WROW, &wmap, c * WROW, r0 + 64 * w, &bars[s]);
+        }
+        if (threadIdx.x < L::BM) {
+            cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + threadIdx.x * 8, srow >= 0 ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, srow >= 0);
+            mbar_arrive_copies(&bars[s]);
+        }
     };
     auto issue_a = [&](int c) {
         const int s = (c - c_begin) % ST;
@@ -1536,24 +1551,13 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
         for (int h = 0; h < KC / 64; h++) tma_load_2d(smem + s * L::STAGE + L::A_AT + h * BN * 128, &amap, c * KC + 64 * h, t0, &bars[s]);
     };
     pdl_trigger();
-    if (leader)
-        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_w(c_begin + s);
+    for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_w(c_begin + s);
     pdl_wait(); // the activations are the previous kernel's
     if (leader)
         for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_a(c_begin + s);
 
     const int wrow = warp * 16 + g; // this lane's first row in the block (its second: wrow + 8, same swizzle)
     const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7;
-    // this lane's two rows' NB scales of slice c (zeros past the rows; scale rows are zero-padded past the blocks)
-    auto load_scales = [&](int c, uint2 (&sc)[2]) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = r0 + wrow + 8 * h;
-            sc[h] = r < rows && c < c_end ? __ldg((const uint2 *)(wd + (size_t)r * dstride + (size_t)c * NB)) : make_uint2(0, 0);
-        }
-    };
-    uint2 sc_next[2];
-    load_scales(c_begin, sc_next);
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
@@ -1561,15 +1565,14 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
     for (int c = c_begin; c < c_end; c++) {
         const int i = c - c_begin, s = i % ST;
         __syncthreads(); // every warp is past slice c - 1's fragment loads and has waited for slice c - 2's MMAs
-        if (leader && c + AHEAD < c_end) {
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // those reads before the TMA's writes
+        if (c + AHEAD < c_end) {
+            if (leader) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // those reads before the TMA's writes
             issue_w(c + AHEAD);
-            issue_a(c + AHEAD);
+            if (leader) issue_a(c + AHEAD);
         }
-        const uint2 sc[2] = {sc_next[0], sc_next[1]};
-        load_scales(c + 1, sc_next);
         mbar_wait(&bars[s], (i / ST) & 1);
         const unsigned char *st = smem + s * L::STAGE, *sa = st + L::A_AT;
+        const uint2 sc[2] = {*(const uint2 *)(st + L::SC_AT + wrow * 8), *(const uint2 *)(st + L::SC_AT + (wrow + 8) * 8)};
         uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
 #pragma unroll
         for (int b = 0; b < NB; b++) {
@@ -1859,6 +1862,123 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
         } else if (i < total) {
             out[(size_t)t * qd + h0 * hd + i] = o;
         }
+    }
+}
+
+// Attention for steps of many sequences on tensor cores: a warp per (token,
+// head) of a model whose heads each have their own keys and values, head_dim
+// 128 (the scalar kernel above spends most of its issue slots on per-position
+// dot products and their warp sums: ncu, 7B batch 64, bench/results/gpu/v15).
+// Per 16 positions, the 16 scores are 8 mma.m16n8k16 of the keys (A: lane
+// (g, tq) holds positions g and g + 8, dims 32tq..32tq+31, as loaded: step s
+// takes its words 2s and 2s+1, i.e. k index 2tq + {0,1} is dim 32tq + 4s +
+// {0,1} and 2tq + 8 + {0,1} is 32tq + 4s + {2,3}) by the query (B, the same
+// mapping, in every column). The output is 8 more of the values transposed
+// (A: rows dims, k positions: lane (g, tq) loads positions 2tq, 2tq + 1, 2tq
+// + 8, 2tq + 9 at dims 16g..16g+15, and tile m's rows g, g + 8 are dims 16g +
+// 2m, 16g + 2m + 1: byte permutes pair two positions' values of a dim) by the
+// probabilities (B, every column). Query and probabilities in F16 (the query
+// scaled by 1/sqrt(hd) first), sums and the online softmax in F32.
+__global__ void __launch_bounds__(128) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
+                                                       const int *__restrict__ table, int max_blocks, int n_head, int pairs,
+                                                       const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers,
+                                                       int kv_block, float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+    constexpr int HD = 128;
+    __shared__ float staged[4][HD];
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int pair = blockIdx.x * 4 + warp;
+    if (pair >= pairs) return; // (no block-wide barrier below)
+    const int t = pair / n_head, h = pair % n_head, kv_dim = n_head * HD, len = pos[t] + 1;
+    const int *tab = table + seq[t] * max_blocks;
+    auto at = [&](int p) { return (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)h * HD; };
+    uint32_t qf[16]; // dims 32tq + 2w, +1
+    {
+        const float scale = rsqrtf((float)HD);
+        const float2 *q2 = (const float2 *)(qkv + (size_t)t * ldq + h * HD + 32 * tq);
+#pragma unroll
+        for (int w = 0; w < 16; w++) {
+            const float2 v = q2[w];
+            qf[w] = h2_bits(__floats2half2_rn(v.x * scale, v.y * scale));
+        }
+    }
+    float o[8][4] = {}, m = -INFINITY, l = 0;
+    const bool whole = kv_block % 16 == 0; // a chunk of 16 positions lies in one block of the cache: one table lookup
+    for (int p0 = 0; p0 < len; p0 += 16) {
+        uint4 ka[4], kb[4], va[4][2];
+        const int pa = p0 + g, pb = p0 + g + 8;
+        const size_t base = whole ? at(p0) : 0;
+        auto slot = [&](int p) { return whole ? base + (size_t)(p - p0) * kv_dim : at(p); };
+#pragma unroll
+        for (int i = 0; i < 4; i++) ka[i] = kb[i] = make_uint4(0, 0, 0, 0);
+        if (pa < len) {
+            const uint4 *src = (const uint4 *)(kp + slot(pa) + 32 * tq);
+#pragma unroll
+            for (int i = 0; i < 4; i++) ka[i] = src[i];
+        }
+        if (pb < len) {
+            const uint4 *src = (const uint4 *)(kp + slot(pb) + 32 * tq);
+#pragma unroll
+            for (int i = 0; i < 4; i++) kb[i] = src[i];
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) { // positions 2tq, 2tq + 1, 2tq + 8, 2tq + 9 (zeros past the end: 0 x garbage could be NaN)
+            const int pv = p0 + 2 * tq + (j & 1) + 8 * (j >> 1);
+            va[j][0] = va[j][1] = make_uint4(0, 0, 0, 0);
+            if (pv < len) {
+                const uint4 *src = (const uint4 *)(vp + slot(pv) + 16 * g);
+                va[j][0] = src[0];
+                va[j][1] = src[1];
+            }
+        }
+        const uint32_t *kaw = (const uint32_t *)ka, *kbw = (const uint32_t *)kb;
+        float c[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int st = 0; st < 8; st++) {
+            const uint32_t a[4] = {kaw[2 * st], kbw[2 * st], kaw[2 * st + 1], kbw[2 * st + 1]};
+            mma_f16(c, a, qf[2 * st], qf[2 * st + 1]);
+        }
+        const float s_lo = pa < len ? c[0] : -INFINITY, s_hi = pb < len ? c[2] : -INFINITY;
+        float mx = fmaxf(s_lo, s_hi);
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+        const float mn = fmaxf(m, mx), corr = __expf(m - mn);
+        const float p_lo = __expf(s_lo - mn), p_hi = __expf(s_hi - mn);
+        l = l * corr + p_lo + p_hi;
+        if (corr != 1.0f) // (the running maximum is the same in every lane)
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[i][e] *= corr;
+        m = mn;
+        const float p0v = __shfl_sync(0xffffffffu, p_lo, 8 * tq), p1v = __shfl_sync(0xffffffffu, p_lo, 8 * tq + 4);
+        const float p8v = __shfl_sync(0xffffffffu, p_hi, 8 * tq), p9v = __shfl_sync(0xffffffffu, p_hi, 8 * tq + 4);
+        const uint32_t b0 = h2_bits(__floats2half2_rn(p0v, p1v)), b1 = h2_bits(__floats2half2_rn(p8v, p9v));
+        const uint32_t *v0 = (const uint32_t *)va[0], *v1 = (const uint32_t *)va[1], *v2 = (const uint32_t *)va[2], *v3 = (const uint32_t *)va[3];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t a[4] = {__byte_perm(v0[i], v1[i], 0x5410), __byte_perm(v0[i], v1[i], 0x7632), __byte_perm(v2[i], v3[i], 0x5410),
+                                   __byte_perm(v2[i], v3[i], 0x7632)};
+            mma_f16(o[i], a, b0, b1);
+        }
+    }
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) l += __shfl_xor_sync(0xffffffffu, l, x);
+    const float inv = 1.0f / l;
+    if (tq == 0)
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            staged[warp][16 * g + 2 * i] = o[i][0] * inv;
+            staged[warp][16 * g + 2 * i + 1] = o[i][2] * inv;
+        }
+    __syncwarp();
+    const int qd = n_head * HD;
+#pragma unroll
+    for (int b = 0; b < HD / 32; b++) {
+        const float v = staged[warp][32 * b + lane];
+        if (fmt) store_act_warp(v, t, (h * HD) / QK + b, qd, fmt, aq, ad, ah);
+        else out[(size_t)t * qd + h * HD + 32 * b + lane] = v;
     }
 }
 
@@ -3034,6 +3154,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->staged_logits = lg && !strcmp(lg, "staged");
+        const char *am = getenv("PLUMB_CUDA_ATT");
+        if (am && strcmp(am, "mma") && strcmp(am, "simt")) {
+            snprintf(err, err_len, "PLUMB_CUDA_ATT wants mma or simt (attention of many sequences on tensor cores or not)");
+            goto fail;
+        }
+        h->att_mma = !(am && !strcmp(am, "simt")); /* (and compute capability 8 or more: below) */
         const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
         if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
@@ -3111,6 +3237,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
     h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "all") ? 2 : 1; /* all: batches too */
+    if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
     if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
         int *dflag = NULL;
         CHECK(cudaMalloc(&dflag, sizeof(int)), "probing the GPU");
@@ -3527,7 +3654,10 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
  * Measured on the H200 side by side (bench/results/gpu/v13-wgmma.md): 256
  * rows read each activation slice from L2 half as often as 128, which is
  * what bound the 128-row shapes (7B batch 64: 8662 vs 8460 tok/s; prefill in
- * 64-token tiles 10229 vs 9912 tok/s with 128-token tiles). */
+ * 64-token tiles 10229 vs 9912 tok/s with 128-token tiles). With TMA loads
+ * (bench/results/gpu/v15-tma-attention.md) 2 blocks' fragments in flight
+ * measured faster while the scales came by plain loads, slower once they came
+ * in the stage: 7B batch 64 11157 vs 11308 tok/s, so still 4. */
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const int tile = h->wg_tile ? h->wg_tile : n <= 8 ? WGM_CODE(2, 8, 4, 4) : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(4, 64, 4, 4);
@@ -3647,6 +3777,13 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
 static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
     const plumb_backend_model_desc *d = &h->desc;
     const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
+    /* tensor cores: heads with their own keys/values, head_dim 128, warps enough to cover the GPU 8 times over */
+    if (h->att_mma && group == 1 && hd == 128 && (long)n * d->n_head >= 8L * h->num_sms) {
+        const int pairs = n * d->n_head;
+        launch(h, k_attention_mma, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, pairs, h->k_pool,
+               h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
+        return;
+    }
     /* query heads per block: up to 8 share each K/V load, but a decode step of a
      * grouped-query model then has only n x n_head_kv blocks: split the group
      * until the blocks cover the multiprocessors (K/V rereads hit L2) */
