@@ -1367,6 +1367,61 @@ __device__ __forceinline__ uint32_t frag_word(const unsigned char *q, int tq) {
     return __byte_perm(w0, w1, tq & 1 ? 0x7632 : 0x5410);
 }
 
+// One slice of the wgmma GEMMs for a warp: per block of k, its two rows'
+// quants into F16 A fragments (chunk(h, b, j): row g + 8h's 16-byte piece j of
+// block b in the stage; scale(h, b): that row's scale of block b, twice), then
+// one wgmma per 16 values of k on the activations at sa. FR blocks' fragments
+// are in flight: a block's wgmmas are one commit group, and a warp waits only
+// for the group FR - 1 before the one it just issued before overwriting that
+// group's registers.
+template <int TYPE, int BN, int NB, int FR, typename CH, typename SC>
+__device__ __forceinline__ void wg_slice(float (&acc)[BN / 2], int tq, CH chunk, SC scale, const unsigned char *sa) {
+    uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        uint32_t(&f)[2][4] = af[b % FR];
+#pragma unroll
+        for (int h = 0; h < 2; h++) { // h: row g, then row g + 8
+            const __half2 d = scale(h, b);
+            uint32_t s[2][2];
+            if (TYPE == TYPE_Q4_0) dequant_q4_word(frag_word(chunk(h, b, 0), tq), d, s);
+            else {
+                dequant_q8_word(frag_word(chunk(h, b, 0), tq), d, s[0]);
+                dequant_q8_word(frag_word(chunk(h, b, 1), tq), d, s[1]);
+            }
+#pragma unroll
+            for (int step = 0; step < 2; step++) {
+                f[step][h] = s[step][0];
+                f[step][2 + h] = s[step][1];
+            }
+        }
+        wg_fence();
+#pragma unroll
+        for (int step = 0; step < 2; step++) { // k16 step 2b + step of the slice
+            const int ks = 2 * b + step;
+            wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32));
+        }
+        wg_commit();
+        wg_wait<FR - 1>(); // block b + 1 - FR's MMAs are done: its fragments may be overwritten
+    }
+}
+
+// The wgmma GEMMs' results: every MMA waited for, then the warp's rows (wrow,
+// wrow + 8) of the block's BN tokens out
+template <int BN>
+__device__ __forceinline__ void wg_store(float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
+                                         float *partial) {
+    wg_wait<0>();
+    wg_hold(acc);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
+            if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
+        }
+}
+
 template <int TYPE, int WG, int BN, int NB, int FR>
 __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
                                                         const __half *__restrict__ A, int n, float *C, int ldc, int accumulate, int chunks_per_split,
@@ -1407,48 +1462,12 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
         gemm_pipe_next<ST - 2, true>(c, c_end, issue_w, issue_a);
         const unsigned char *st = smem + (c % ST) * L::STAGE;
         const __half *swd = (const __half *)(st + L::STAGE_W);
-        const unsigned char *sa = st + L::A_AT;
-        uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
-#pragma unroll
-        for (int b = 0; b < NB; b++) {
-            uint32_t(&f)[2][4] = af[b % FR];
-#pragma unroll
-            for (int h = 0; h < 2; h++) { // h: row g, then row g + 8
-                const int row = wrow + 8 * h;
-                const __half2 d = __half2half2(swd[row * NB + b]);
-                const unsigned char *q = st + row * WLD + b * QB;
-                uint32_t s[2][2];
-                if (TYPE == TYPE_Q4_0) dequant_q4_word(frag_word(q, tq), d, s);
-                else {
-                    dequant_q8_word(frag_word(q, tq), d, s[0]);
-                    dequant_q8_word(frag_word(q + 16, tq), d, s[1]);
-                }
-#pragma unroll
-                for (int step = 0; step < 2; step++) {
-                    f[step][h] = s[step][0];
-                    f[step][2 + h] = s[step][1];
-                }
-            }
-            wg_fence();
-#pragma unroll
-            for (int step = 0; step < 2; step++) { // k16 step 2b + step of the slice
-                const int ks = 2 * b + step;
-                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32));
-            }
-            wg_commit();
-            wg_wait<FR - 1>(); // block b + 1 - FR's MMAs are done: its fragments may be overwritten
-        }
+        wg_slice<TYPE, BN, NB, FR>(
+            acc, tq, [&](int h, int b, int j) { return st + (wrow + 8 * h) * WLD + b * QB + 16 * j; },
+            [&](int h, int b) { return __half2half2(swd[(wrow + 8 * h) * NB + b]); }, st + L::A_AT);
     }
-    wg_wait<0>();
-    wg_hold(acc);
     cp_async_wait<0>();
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
-            if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
-        }
+    wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
 }
 
@@ -1515,7 +1534,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
                                                         int accumulate, int chunks_per_split, float *partial) {
 #ifdef HAVE_WGMMA
     typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-    constexpr int ST = L::STAGES, AHEAD = ST - 2, KC = L::KC, WROW = L::WROW;
+    constexpr int ST = L::STAGES, AHEAD = ST - 2, KC = L::KC, QB = L::QB, WROW = L::WROW;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
@@ -1573,46 +1592,11 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
         mbar_wait(&bars[s], (i / ST) & 1);
         const unsigned char *st = smem + s * L::STAGE, *sa = st + L::A_AT;
         const uint2 sc[2] = {*(const uint2 *)(st + L::SC_AT + wrow * 8), *(const uint2 *)(st + L::SC_AT + (wrow + 8) * 8)};
-        uint32_t af[FR][2][4]; // [block mod FR][k16 step][a0..a3]
-#pragma unroll
-        for (int b = 0; b < NB; b++) {
-            uint32_t(&f)[2][4] = af[b % FR];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t dw = b < 2 ? sc[h].x : sc[h].y;
-                const __half2 d = bits_h2(__byte_perm(dw, 0, b & 1 ? 0x3232 : 0x1010));
-                const unsigned char *row = st + (wrow + 8 * h) * WROW;
-                uint32_t sv[2][2];
-                if (TYPE == TYPE_Q4_0) dequant_q4_word(frag_word(row + ((b ^ swz) << 4), tq), d, sv);
-                else {
-                    dequant_q8_word(frag_word(row + (((2 * b) ^ swz) << 4), tq), d, sv[0]);
-                    dequant_q8_word(frag_word(row + (((2 * b + 1) ^ swz) << 4), tq), d, sv[1]);
-                }
-#pragma unroll
-                for (int step = 0; step < 2; step++) {
-                    f[step][h] = sv[step][0];
-                    f[step][2 + h] = sv[step][1];
-                }
-            }
-            wg_fence();
-#pragma unroll
-            for (int step = 0; step < 2; step++) {
-                const int ks = 2 * b + step;
-                wg_mma<BN>(acc, f[step], wg_desc(sa + (ks >> 2) * BN * 128 + (ks & 3) * 32));
-            }
-            wg_commit();
-            wg_wait<FR - 1>();
-        }
+        wg_slice<TYPE, BN, NB, FR>( // pieces of a row in swizzled order; a row's 4 scales in one 8-byte word pair
+            acc, tq, [&](int h, int b, int j) { return st + (wrow + 8 * h) * WROW + ((((QB / 16) * b + j) ^ swz) << 4); },
+            [&](int h, int b) { return bits_h2(__byte_perm(b < 2 ? sc[h].x : sc[h].y, 0, b & 1 ? 0x3232 : 0x1010)); }, sa);
     }
-    wg_wait<0>();
-    wg_hold(acc);
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
-            if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
-        }
+    wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
 }
 
