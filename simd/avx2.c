@@ -415,8 +415,6 @@ T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *
 
 /* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
  * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
-#define Q6_AHEAD 8192     /* prefetch distance of the Q6_K kernel */
-#define Q6_STEP_BYTES 448 /* bytes of the next groups prefetched per (h, g) step: 7 lines */
 T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *out) {
     const uint8_t *w = wv;
     const block_q8_K *a = av;
@@ -435,13 +433,9 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
             const __m512i a0 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h)), a1 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) {
-                /* a quarter of the group 8 KiB ahead (7 of its 27 lines) per step, instead of all 27 lines
-                 * 4 KiB ahead at the top in one burst: on the 2-core development
-                 * machine, six rounds alternating, TinyLlama Q6_K decode medians 27.43 -> 28.33 tok/s (1 thread),
-                 * 46.75 -> 52.49 (2 threads); 8 KiB alone was slower, spreading alone gained less
-                 * (bench/results/s14-q6k-prefetch/) */
-                for (int l = Q6_STEP_BYTES * (2 * h + g); l < Q6_STEP_BYTES * (2 * h + g + 1) && l < (int)(8 * sizeof(block_q6_K)); l += 64)
-                    _mm_prefetch((const char *)w + Q6_AHEAD + l, _MM_HINT_T0);
+                /* a quarter of the group 8 KiB ahead per step (Q6_K_AHEAD, avx2_q32.inc) */
+                for (int l = Q6_K_STEP_BYTES * (2 * h + g); l < Q6_K_STEP_BYTES * (2 * h + g + 1) && l < (int)(8 * sizeof(block_q6_K)); l += 64)
+                    _mm_prefetch((const char *)w + Q6_K_AHEAD + l, _MM_HINT_T0);
                 __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1, s4 = s1;
 #pragma GCC unroll 2
                 for (int p = 2 * g; p < 2 * g + 2; p++) {
