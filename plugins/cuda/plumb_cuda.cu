@@ -77,9 +77,9 @@ extern "C" {
         }                                                                                                           \
     } while (0)
 
-// A weight matrix on the device: quantized (qs + scales) or F16.
 #define AMAPS 8 // activation tensor maps a handle keeps
 
+// A weight matrix on the device: quantized (qs + scales) or F16.
 struct dmat {
     uint32_t type; // TYPE_Q4_0, TYPE_Q8_0, TYPE_Q4_K or TYPE_F16 (F32 sources are stored as F16)
     int rows, cols;
@@ -1639,6 +1639,12 @@ __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, fl
     rope_angle(pos[i / half_rot], i % half_rot, half_rot, base, cs + i, sn + i);
 }
 
+// Where position p of a sequence (its block table tab) starts in a layer's
+// keys or values: the paged cache is [block][layer][kv_block][kv_dim].
+__device__ __forceinline__ size_t kv_slot(const int *tab, int p, int layer, int n_layers, int kv_block, int kv_dim) {
+    return (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
+}
+
 // Biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into the
 // token's cache slot. qkv rows: [q (n_head*hd) | k (kv_dim) | v (kv_dim)].
 // grid (n, n_head + 2 n_head_kv): a block per (token, head), a thread per value.
@@ -1669,9 +1675,7 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
     __syncthreads(); // every partner is read before q is rotated in place
     if (i >= hd) return;
     if (h < n_head) { row[idx] = out; return; }
-    const int p = pos[t];
-    const int block = table[seq[t] * max_blocks + p / kv_block];
-    const size_t slot = (((size_t)block * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
+    const size_t slot = kv_slot(table + seq[t] * max_blocks, pos[t], layer, n_layers, kv_block, kv_dim);
     if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
     else vp[slot + idx - qd - kv_dim] = __float2half(out);
 }
@@ -1734,7 +1738,7 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
         for (int o = 16; o > 0; o >>= 1) old = min(old, __shfl_xor_sync(0xffffffffu, old, o));
     }
     auto load = [&](int p, __half2 *kb, __half2 *vb) { // this lane's E values of position p's key and value
-        const size_t off = (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)kvh * hd + lane * E;
+        const size_t off = kv_slot(tab, p, layer, n_layers, kv_block, kv_dim) + (size_t)kvh * hd + lane * E;
         if (vec && E % 2 == 0) {
             const __half2 *k2 = (const __half2 *)(kp + off), *v2 = (const __half2 *)(vp + off);
             if (E == 8) { *(uint4 *)kb = *(const uint4 *)k2; *(uint4 *)vb = *(const uint4 *)v2; }
@@ -1876,7 +1880,7 @@ __global__ void __launch_bounds__(128) k_attention_mma(const float *__restrict__
     if (pair >= pairs) return; // (no block-wide barrier below)
     const int t = pair / n_head, h = pair % n_head, kv_dim = n_head * HD, len = pos[t] + 1;
     const int *tab = table + seq[t] * max_blocks;
-    auto at = [&](int p) { return (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim + (size_t)h * HD; };
+    auto at = [&](int p) { return kv_slot(tab, p, layer, n_layers, kv_block, kv_dim) + (size_t)h * HD; };
     uint32_t qf[16]; // dims 32tq + 2w, +1
     {
         const float scale = rsqrtf((float)HD);
@@ -2566,8 +2570,6 @@ static void split_blocks(const plumb_backend_tensor *const *srcs, int n, size_t 
         }
 }
 
-// Uploads the matrices srcs[0..n) stacked by rows into one device matrix
-// (same type and width), splitting quant blocks into quants and scales.
 /* TMA's view of a Q4_0 / Q8_0 matrix's quants: row bytes x rows, boxes of one
  * slice of 4 blocks (64 / 128 bytes, that many bytes' swizzle) x 64 rows */
 static void make_wmap(handle *h, dmat *W) {
@@ -2600,6 +2602,8 @@ static const CUtensorMap *act_map(handle *h, int k, int bn) {
     return &h->amaps[h->n_amaps++];
 }
 
+// Uploads the matrices srcs[0..n) stacked by rows into one device matrix
+// (same type and width), splitting quant blocks into quants and scales.
 static int upload_mat(handle *h, const plumb_backend_tensor *const *srcs, int n, dmat *dst, char *err, size_t err_len) {
     memset(dst, 0, sizeof *dst);
     const uint32_t type = srcs[0]->type;
