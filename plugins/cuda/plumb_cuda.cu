@@ -160,6 +160,7 @@ struct handle {
     int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
+    int streamk;                               // ... in stream-K runs (PLUMB_CUDA_STREAMK=1; 0, the default: tiles split in k by split_k_wg)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
@@ -1409,10 +1410,8 @@ __device__ __forceinline__ void wg_slice(float (&acc)[BN / 2], int tq, CH chunk,
 // The wgmma GEMMs' results: every MMA waited for, then the warp's rows (wrow,
 // wrow + 8) of the block's BN tokens out
 template <int BN>
-__device__ __forceinline__ void wg_store(float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
-                                         float *partial) {
-    wg_wait<0>();
-    wg_hold(acc);
+__device__ __forceinline__ void wg_put(const float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
+                                       float *partial) {
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -1420,6 +1419,13 @@ __device__ __forceinline__ void wg_store(float (&acc)[BN / 2], int r0, int wrow,
             const int r = r0 + wrow + (e >> 1) * 8, t = t0 + j * 8 + 2 * tq + (e & 1);
             if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
         }
+}
+template <int BN>
+__device__ __forceinline__ void wg_store(float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
+                                         float *partial) {
+    wg_wait<0>();
+    wg_hold(acc);
+    wg_put<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 }
 
 template <int TYPE, int WG, int BN, int NB, int FR>
@@ -1528,75 +1534,205 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
                  : "memory");
 }
 
-template <int TYPE, int WG, int BN, int NB, int FR>
-__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
-                                                        const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
-                                                        int accumulate, int chunks_per_split, float *partial) {
-#ifdef HAVE_WGMMA
+// The TMA pipeline of the wgmma GEMMs: a block's stages, their barriers and
+// what fills and drains one stage. Slice c of row tile r0: the leader's TMA
+// boxes of quants (arming the stage's barrier for them and the activations)
+// and thread r < BM's copy of row r's scales; of token tile t0: the leader's
+// boxes of activations. multiply() waits for the stage and adds its slice
+// into a warp's sums.
+template <int TYPE, int WG, int BN, int NB>
+struct wt_pipe {
     typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-    constexpr int ST = L::STAGES, AHEAD = ST - 2, KC = L::KC, QB = L::QB, WROW = L::WROW;
-    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    uint64_t *bars = (uint64_t *)(smem + L::BARS);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
-    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
-    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
-    const bool leader = threadIdx.x == 0;
-    if (leader) { // a stage's phase: the leader's arrival (with the TMA bytes) and each scale-copying thread's
-        for (int s = 0; s < ST; s++) mbar_init(&bars[s], 1 + L::BM);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    unsigned char *smem;
+    uint64_t *bars;
+    const CUtensorMap *wmap, *amap;
+    const __half *wd;
+    int dstride, rows;
+    __device__ void init() const { // a stage's phase: the leader's arrival (with the TMA bytes) and each scale-copying thread's
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < L::STAGES; s++) mbar_init(&bars[s], 1 + L::BM);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    // slice c's copies (local slice i = c - c_begin: stage i % ST): the leader's TMA boxes of quants (arming the
-    // stage's barrier for them and the activations), and thread r < BM's copy of row r's scales
-    const int srow = r0 + (int)threadIdx.x < rows ? r0 + (int)threadIdx.x : -1;
-    auto issue_w = [&](int c) {
-        const int s = (c - c_begin) % ST;
-        if (leader) {
+    __device__ __forceinline__ void issue_w(int s, int c, int r0) const {
+        if (threadIdx.x == 0) {
             mbar_expect_tx(&bars[s], L::TX);
 #pragma unroll
-            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * WROW, &wmap, c * WROW, r0 + 64 * w, &bars[s]);
+            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * L::WROW, wmap, c * L::WROW, r0 + 64 * w, &bars[s]);
         }
         if (threadIdx.x < L::BM) {
-            cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + threadIdx.x * 8, srow >= 0 ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, srow >= 0);
+            const int srow = r0 + (int)threadIdx.x;
+            const bool in = srow < rows;
+            cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + threadIdx.x * 8, in ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, in);
             mbar_arrive_copies(&bars[s]);
         }
-    };
-    auto issue_a = [&](int c) {
-        const int s = (c - c_begin) % ST;
+    }
+    __device__ __forceinline__ void issue_a(int s, int c, int t0) const { // (the leader only)
 #pragma unroll
-        for (int h = 0; h < KC / 64; h++) tma_load_2d(smem + s * L::STAGE + L::A_AT + h * BN * 128, &amap, c * KC + 64 * h, t0, &bars[s]);
-    };
-    pdl_trigger();
-    for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_w(c_begin + s);
-    pdl_wait(); // the activations are the previous kernel's
-    if (leader)
-        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) issue_a(c_begin + s);
-
-    const int wrow = warp * 16 + g; // this lane's first row in the block (its second: wrow + 8, same swizzle)
-    const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7;
-    float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) acc[i] = 0;
-    wg_hold(acc);
-    for (int c = c_begin; c < c_end; c++) {
-        const int i = c - c_begin, s = i % ST;
-        __syncthreads(); // every warp is past slice c - 1's fragment loads and has waited for slice c - 2's MMAs
-        if (c + AHEAD < c_end) {
-            if (leader) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // those reads before the TMA's writes
-            issue_w(c + AHEAD);
-            if (leader) issue_a(c + AHEAD);
-        }
-        mbar_wait(&bars[s], (i / ST) & 1);
+        for (int h = 0; h < L::KC / 64; h++) tma_load_2d(smem + s * L::STAGE + L::A_AT + h * BN * 128, amap, c * L::KC + 64 * h, t0, &bars[s]);
+    }
+    // before refilling stages: every warp's reads of them before the TMA's writes (the leader, after a barrier)
+    __device__ __forceinline__ void release() const { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+    template <int FR> __device__ __forceinline__ void multiply(float (&acc)[BN / 2], int s, unsigned parity, int wrow, int tq) const {
+        constexpr int QB = L::QB, WROW = L::WROW;
+        const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7; // (this lane's second row, wrow + 8, has the same swizzle)
+        mbar_wait(&bars[s], parity);
         const unsigned char *st = smem + s * L::STAGE, *sa = st + L::A_AT;
         const uint2 sc[2] = {*(const uint2 *)(st + L::SC_AT + wrow * 8), *(const uint2 *)(st + L::SC_AT + (wrow + 8) * 8)};
         wg_slice<TYPE, BN, NB, FR>( // pieces of a row in swizzled order; a row's 4 scales in one 8-byte word pair
             acc, tq, [&](int h, int b, int j) { return st + (wrow + 8 * h) * WROW + ((((QB / 16) * b + j) ^ swz) << 4); },
             [&](int h, int b) { return bits_h2(__byte_perm(b < 2 ? sc[h].x : sc[h].y, 0, b & 1 ? 0x3232 : 0x1010)); }, sa);
     }
+};
+
+template <int TYPE, int WG, int BN, int NB>
+__device__ __forceinline__ wt_pipe<TYPE, WG, BN, NB> wt_pipe_at(unsigned char *smem_raw, const CUtensorMap *wmap, const CUtensorMap *amap,
+                                                                const __half *wd, int dstride, int rows) {
+    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    return wt_pipe<TYPE, WG, BN, NB>{smem, (uint64_t *)(smem + L::BARS), wmap, amap, wd, dstride, rows};
+}
+
+template <int TYPE, int WG, int BN, int NB, int FR>
+__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+                                                        const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
+                                                        int accumulate, int chunks_per_split, float *partial) {
+#ifdef HAVE_WGMMA
+    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    constexpr int ST = L::STAGES, AHEAD = ST - 2;
+    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const wt_pipe<TYPE, WG, BN, NB> pipe = wt_pipe_at<TYPE, WG, BN, NB>(smem_raw, &wmap, &amap, wd, dstride, rows);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
+    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
+    const bool leader = threadIdx.x == 0;
+    pipe.init();
+    // slice c goes to stage (c - c_begin) % ST
+    pdl_trigger();
+    for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) pipe.issue_w(s, c_begin + s, r0);
+    pdl_wait(); // the activations are the previous kernel's
+    if (leader)
+        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) pipe.issue_a(s, c_begin + s, t0);
+
+    const int wrow = warp * 16 + g; // this lane's first row in the block
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0;
+    wg_hold(acc);
+    for (int c = c_begin; c < c_end; c++) {
+        const int i = c - c_begin;
+        __syncthreads(); // every warp is past slice c - 1's fragment loads and has waited for slice c - 2's MMAs
+        if (c + AHEAD < c_end) {
+            const int sn = (i + AHEAD) % ST;
+            if (leader) pipe.release();
+            pipe.issue_w(sn, c + AHEAD, r0);
+            if (leader) pipe.issue_a(sn, c + AHEAD, t0);
+        }
+        pipe.template multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
+    }
     wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
+#endif
+}
+
+// Stream-K (PLUMB_CUDA_STREAMK=1; not yet measured on a GPU): the
+// product's output tiles x slices, tile after tile (a tile's slices in
+// order), cut into gridDim.x equal runs of `per` slices, one run a block.
+// A block whose run starts or ends inside a tile leaves its sums of that
+// tile in a slot of ws (two a block: the tile its run starts in, the one it
+// ends in), and the last of the tile's blocks to finish adds the slots in
+// block order (the same sum whichever finishes last) and stores the tile.
+// Every multiprocessor gets the same share of the work whatever the tile
+// count (7B gate/up at batch 64: 86 tiles of 256 rows, 0.65 of a wave of
+// whole tiles on 132 multiprocessors), with no separate reduction kernel.
+struct streamk_plan {
+    int tiles, tok_blocks, chunks, per; // output tiles (row tile x tok_blocks + token tile), token tiles, slices a tile, slices a run
+    float *ws;                          // [2 * gridDim.x][BM * BN] partial sums, in the threads' fragment order
+    unsigned *count;                    // per tile: its blocks that have finished their part (back to 0 by the last)
+};
+
+// this thread's share (BN / 2 values, NTH apart) of a block's slot
+__device__ __forceinline__ float *sk_slot(const streamk_plan &p, int block, int second, int per_slot) {
+    return p.ws + (size_t)(2 * block + second) * per_slot + threadIdx.x;
+}
+
+template <int TYPE, int WG, int BN, int NB, int FR>
+__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wsk(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+                                                         const __half *__restrict__ wd, int dstride, int rows, int n, float *C, int ldc, int accumulate,
+                                                         const streamk_plan plan) {
+#ifdef HAVE_WGMMA
+    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    constexpr int ST = L::STAGES, AHEAD = ST - 2, NTH = L::THREADS, PER_SLOT = L::BM * BN;
+    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __shared__ int last_one;
+    const wt_pipe<TYPE, WG, BN, NB> pipe = wt_pipe_at<TYPE, WG, BN, NB>(smem_raw, &wmap, &amap, wd, dstride, rows);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int CH = plan.chunks, TB = plan.tok_blocks;
+    const long it_begin = (long)blockIdx.x * plan.per, it_end = min((long)plan.tiles * CH, it_begin + plan.per);
+    const bool leader = threadIdx.x == 0;
+    pipe.init();
+    // iteration it (stage (it - it_begin) % ST) is slice it % CH of tile it / CH: row tile tile / TB, token tile tile % TB
+    auto issue_w = [&](long it) { pipe.issue_w((int)((it - it_begin) % ST), (int)(it % CH), (int)(it / CH / TB) * L::BM); };
+    auto issue_a = [&](long it) { pipe.issue_a((int)((it - it_begin) % ST), (int)(it % CH), (int)(it / CH % TB) * BN); };
+    pdl_trigger();
+    for (int s = 0; s < AHEAD && it_begin + s < it_end; s++) issue_w(it_begin + s);
+    pdl_wait(); // the activations are the previous kernel's; the slots and counters are free
+    if (leader)
+        for (int s = 0; s < AHEAD && it_begin + s < it_end; s++) issue_a(it_begin + s);
+
+    const int wrow = warp * 16 + g; // this lane's first row in the block
+    for (long seg = it_begin; seg < it_end;) { // the run's part of one tile: slices seg .. seg_end - 1
+        const long tile = seg / CH, tile_at = tile * CH, seg_end = min(it_end, tile_at + CH);
+        float acc[BN / 2];
+#pragma unroll
+        for (int e = 0; e < BN / 2; e++) acc[e] = 0;
+        wg_hold(acc);
+        for (long it = seg; it < seg_end; it++) {
+            const int i = (int)(it - it_begin);
+            __syncthreads(); // every warp is past slice it - 1's fragment loads and has waited for slice it - 2's MMAs
+            if (it + AHEAD < it_end) {
+                if (leader) pipe.release();
+                issue_w(it + AHEAD);
+                if (leader) issue_a(it + AHEAD);
+            }
+            pipe.template multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
+        }
+        // the accumulators are only read on the branches below: written on a branch, they would serialize the wgmmas
+        wg_wait<0>();
+        wg_hold(acc);
+        const int r0 = (int)(tile / TB) * L::BM, t0 = (int)(tile % TB) * BN;
+        if (seg == tile_at && seg_end == tile_at + CH) wg_put<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, NULL); // the whole tile
+        else {
+            const int first = (int)(tile_at / plan.per), last = (int)((tile_at + CH - 1) / plan.per); // the tile's blocks
+            float *mine = sk_slot(plan, blockIdx.x, tile != it_begin / CH, PER_SLOT);
+#pragma unroll
+            for (int e = 0; e < BN / 2; e++) __stcg(mine + e * NTH, acc[e]);
+            __threadfence();
+            __syncthreads();
+            if (leader) {
+                unsigned *cnt = plan.count + tile;
+                last_one = atomicAdd(cnt, 1u) == (unsigned)(last - first);
+                if (last_one) *cnt = 0;
+            }
+            __syncthreads();
+            if (last_one) { // the tile's sums, in block order
+                __threadfence();
+                float tot[BN / 2];
+#pragma unroll
+                for (int e = 0; e < BN / 2; e++) tot[e] = 0;
+                for (int b = first; b <= last; b++) { // block b's slot of this tile: its second unless the tile is where b's run starts
+                    const float *slot = sk_slot(plan, b, tile != (long)b * plan.per / CH, PER_SLOT);
+#pragma unroll
+                    for (int e = 0; e < BN / 2; e++) tot[e] += __ldcg(slot + e * NTH);
+                }
+                wg_put<BN>(tot, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, NULL);
+            }
+        }
+        seg = seg_end;
+    }
 #endif
 }
 
@@ -3246,6 +3382,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             h->encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
         cudaGetLastError();
         h->wg_tma = h->encode_tiled && !(wl && !strcmp(wl, "copies"));
+        h->streamk = getenv("PLUMB_CUDA_STREAMK") && !strcmp(getenv("PLUMB_CUDA_STREAMK"), "1");
     }
     if (h->gemm_kind == GEMM_WG && !h->wgmma) {
         if (getenv("PLUMB_CUDA_GEMM")) {
@@ -3485,8 +3622,11 @@ static cudaError_t gemm_wt_allow_smem_one() {
     else {
         typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
         cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_wsk<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_gemm_wsk<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }
 }
@@ -3610,6 +3750,35 @@ static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, i
     return (chunks + *cps - 1) / *cps;
 }
 
+/* The stream-K runs of a TMA wgmma product (k_gemm_wsk, PLUMB_CUDA_STREAMK=1):
+ * its tiles x chunks slices in equal runs, one for each block the
+ * multiprocessors hold at once, at least SK_MIN_RUN slices (or a whole tile)
+ * long. 0 (the split-K kernel instead) where the tile counters or the
+ * partial-sum slots (2 a block, in h->partial) would not be enough. */
+#define SK_MIN_RUN 4
+static int streamk_split(const handle *h, int tiles, int tok_blocks, int chunks, int blocks_per_sm, int per_slot, streamk_plan *p) {
+    const long work = (long)tiles * chunks, slots = (long)h->num_sms * blocks_per_sm;
+    long per = (work + slots - 1) / slots;
+    if (per < SK_MIN_RUN) per = chunks < SK_MIN_RUN ? chunks : SK_MIN_RUN;
+    if (per > chunks) per = chunks;
+    const long blocks = (work + per - 1) / per;
+    *p = streamk_plan{tiles, tok_blocks, chunks, (int)per, h->partial, h->tile_count};
+    return tiles <= TILE_COUNTERS && (size_t)2 * blocks * per_slot <= h->partial_elems;
+}
+
+// blocks of k_gemm_wsk a multiprocessor holds at once (asked once per shape)
+template <int TYPE, int WG, int BN, int NB, int FR> static int wt_blocks_per_sm() {
+    static int occ = 0;
+    if (!occ) {
+        int o = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_gemm_wsk<TYPE, WG, BN, NB, FR>, gemm_wt_smem<TYPE, WG, BN, NB>::THREADS,
+                                                          gemm_wt_smem<TYPE, WG, BN, NB>::BYTES) != cudaSuccess || o < 1)
+            o = 1, cudaGetLastError();
+        occ = o;
+    }
+    return occ;
+}
+
 template <int TYPE, int WG, int BN, int NB, int FR>
 static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
@@ -3624,6 +3793,13 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
         const CUtensorMap *am = h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB> T;
+            streamk_plan p;
+            if (h->streamk && streamk_split(h, row_blocks * tok_blocks, tok_blocks, (W->cols / QK + NB - 1) / NB, wt_blocks_per_sm<TYPE, WG, BN, NB, FR>(),
+                                            T::BM * BN, &p)) {
+                launch(h, k_gemm_wsk<TYPE, WG, BN, NB, FR>, dim3((unsigned)(((long)p.tiles * p.chunks + p.per - 1) / p.per)), T::THREADS, T::BYTES,
+                       *W->wmap, *am, W->d, W->dstride, W->rows, n, y, ldy, accumulate, p);
+                return;
+            }
             launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
                    W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
