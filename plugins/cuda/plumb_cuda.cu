@@ -1407,8 +1407,8 @@ __device__ __forceinline__ void wg_slice(float (&acc)[BN / 2], int tq, CH chunk,
     }
 }
 
-// The wgmma GEMMs' results: every MMA waited for, then the warp's rows (wrow,
-// wrow + 8) of the block's BN tokens out
+// A warp's sums out, MMAs done with them: its rows (wrow, wrow + 8) of the
+// block's BN tokens
 template <int BN>
 __device__ __forceinline__ void wg_put(const float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
                                        float *partial) {
@@ -1420,6 +1420,7 @@ __device__ __forceinline__ void wg_put(const float (&acc)[BN / 2], int r0, int w
             if (r < rows && t < n) gemm_put(acc[j * 4 + e], t, r, n, rows, C, ldc, accumulate, partial);
         }
 }
+// The wgmma GEMMs' results: every MMA waited for, then the warp's sums out
 template <int BN>
 __device__ __forceinline__ void wg_store(float (&acc)[BN / 2], int r0, int wrow, int t0, int tq, int rows, int n, float *C, int ldc, int accumulate,
                                          float *partial) {
@@ -1486,9 +1487,10 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
 // (Q8_0) swizzled so a warp's fragment loads of 8 rows hit distinct banks,
 // and the activations as boxes of BN tokens x 64 values in the 128-byte
 // swizzle that the wgmma descriptors read (the same layout k_gemm_wg builds
-// by hand). Each stage has an mbarrier that the copies complete. A lane's
-// scales (its two rows' NB per slice, 8 bytes each) come by plain loads one
-// slice ahead, into registers. Stage reuse is as in k_gemm_wg: slice c's
+// by hand). Each stage has an mbarrier that the copies complete; the rows'
+// scales (8 bytes a row a slice, under the TMA's 16-byte minimum) come into
+// the stage by one cp.async a row whose completion arrives on the same
+// barrier. Stage reuse is as in k_gemm_wg: slice c's
 // copies go into the stage of slice c - 2, whose MMAs every warp has waited
 // for before the barrier at the top of slice c - 1... c.
 template <int TYPE, int WG, int BN, int NB>
