@@ -140,6 +140,20 @@ TARGET static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
 }
 
+/* Q6_K's 8-row kernels (AVX2 and AVX-512) prefetch 8 KiB ahead, a quarter
+ * of a super-block group's lines (7 of 27) at each of its four (h, g) steps
+ * rather than all 27 at its top: on the 2-core development machine
+ * (AVX-512), six rounds alternating, TinyLlama Q6_K decode medians 27.43 ->
+ * 28.33 tok/s at 1 thread, 46.75 -> 52.49 at 2; 8 KiB alone was slower,
+ * spreading alone gained less (bench/results/s14-q6k-prefetch/). */
+#ifndef Q6_K_AHEAD
+#define Q6_K_AHEAD 8192
+#endif
+static inline __attribute__((always_inline)) void q6_K_prefetch_step(const uint8_t *group, int step) {
+    enum { BYTES = 8 * sizeof(block_q6_K), STEP = (BYTES / 4 + 63) / 64 * 64 }; /* whole lines a step; the last step's are fewer */
+    for (int l = STEP * step; l < STEP * (step + 1) && l < BYTES; l += 64) _mm_prefetch((const char *)group + Q6_K_AHEAD + l, _MM_HINT_T0);
+}
+
 #include "avx2_quant.inc"
 
 static const plumb_kernels avx2 = {
@@ -433,9 +447,7 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
             const __m512i a0 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h)), a1 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) {
-                /* a quarter of the group 8 KiB ahead per step (Q6_K_AHEAD, avx2_q32.inc) */
-                for (int l = Q6_K_STEP_BYTES * (2 * h + g); l < Q6_K_STEP_BYTES * (2 * h + g + 1) && l < (int)(8 * sizeof(block_q6_K)); l += 64)
-                    _mm_prefetch((const char *)w + Q6_K_AHEAD + l, _MM_HINT_T0);
+                q6_K_prefetch_step(w, 2 * h + g);
                 __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1, s4 = s1;
 #pragma GCC unroll 2
                 for (int p = 2 * g; p < 2 * g + 2; p++) {
