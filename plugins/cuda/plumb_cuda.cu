@@ -1576,6 +1576,36 @@ struct wt_pipe {
     }
     // before refilling stages: every warp's reads of them before the TMA's writes (the leader, after a barrier)
     __device__ __forceinline__ void release() const { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+    // A block's slices i = 0 .. count - 1, slice i at (c, r0, t0) = at(i), go through the stages in turn (slice i: stage
+    // i % ST). start() issues the first AHEAD = ST - 2 (the activations once the previous kernel is done); step(i)
+    // issues slice i + AHEAD into the stage of slice i - 2, whose MMAs every warp has waited for by the barrier, then
+    // multiplies slice i into a warp's sums.
+    static constexpr int ST = L::STAGES, AHEAD = ST - 2;
+    template <typename AT> __device__ __forceinline__ void start(int count, AT at) const {
+        pdl_trigger();
+        for (int s = 0; s < AHEAD && s < count; s++) {
+            const int3 p = at(s);
+            issue_w(s, p.x, p.y);
+        }
+        pdl_wait(); // the activations are the previous kernel's (and so, for k_gemm_wsk, are the slots and counters)
+        if (threadIdx.x == 0)
+            for (int s = 0; s < AHEAD && s < count; s++) {
+                const int3 p = at(s);
+                issue_a(s, p.x, p.z);
+            }
+    }
+    template <int FR, typename AT>
+    __device__ __forceinline__ void step(float (&acc)[BN / 2], int i, int count, AT at, int wrow, int tq) const {
+        __syncthreads(); // every warp is past slice i - 1's fragment loads and has waited for slice i - 2's MMAs
+        if (i + AHEAD < count) {
+            const int3 p = at(i + AHEAD);
+            const int sn = (i + AHEAD) % ST;
+            if (threadIdx.x == 0) release();
+            issue_w(sn, p.x, p.y);
+            if (threadIdx.x == 0) issue_a(sn, p.x, p.z);
+        }
+        multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
+    }
     template <int FR> __device__ __forceinline__ void multiply(float (&acc)[BN / 2], int s, unsigned parity, int wrow, int tq) const {
         constexpr int QB = L::QB, WROW = L::WROW;
         const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7; // (this lane's second row, wrow + 8, has the same swizzle)
@@ -1602,39 +1632,23 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
                                                         int accumulate, int chunks_per_split, float *partial) {
 #ifdef HAVE_WGMMA
     typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-    constexpr int ST = L::STAGES, AHEAD = ST - 2;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const wt_pipe<TYPE, WG, BN, NB> pipe = wt_pipe_at<TYPE, WG, BN, NB>(smem_raw, &wmap, &amap, wd, dstride, rows);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
-    const int c_begin = blockIdx.z * chunks_per_split, c_end = min(chunks, c_begin + chunks_per_split);
-    const bool leader = threadIdx.x == 0;
+    const int c_begin = blockIdx.z * chunks_per_split, count = min(chunks, c_begin + chunks_per_split) - c_begin;
+    auto at = [&](int i) { return make_int3(c_begin + i, r0, t0); }; // slice i: chunk c_begin + i of this block's tile
     pipe.init();
-    // slice c goes to stage (c - c_begin) % ST
-    pdl_trigger();
-    for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) pipe.issue_w(s, c_begin + s, r0);
-    pdl_wait(); // the activations are the previous kernel's
-    if (leader)
-        for (int s = 0; s < AHEAD && c_begin + s < c_end; s++) pipe.issue_a(s, c_begin + s, t0);
+    pipe.start(count, at);
 
     const int wrow = warp * 16 + g; // this lane's first row in the block
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
-    for (int c = c_begin; c < c_end; c++) {
-        const int i = c - c_begin;
-        __syncthreads(); // every warp is past slice c - 1's fragment loads and has waited for slice c - 2's MMAs
-        if (c + AHEAD < c_end) {
-            const int sn = (i + AHEAD) % ST;
-            if (leader) pipe.release();
-            pipe.issue_w(sn, c + AHEAD, r0);
-            if (leader) pipe.issue_a(sn, c + AHEAD, t0);
-        }
-        pipe.template multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
-    }
+    for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
     wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
 }
@@ -1666,7 +1680,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wsk(const __grid_constant_
                                                          const streamk_plan plan) {
 #ifdef HAVE_WGMMA
     typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-    constexpr int ST = L::STAGES, AHEAD = ST - 2, NTH = L::THREADS, PER_SLOT = L::BM * BN;
+    constexpr int NTH = L::THREADS, PER_SLOT = L::BM * BN;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ int last_one;
@@ -1674,16 +1688,15 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wsk(const __grid_constant_
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int CH = plan.chunks, TB = plan.tok_blocks;
     const long it_begin = (long)blockIdx.x * plan.per, it_end = min((long)plan.tiles * CH, it_begin + plan.per);
+    const int count = (int)(it_end - it_begin);
     const bool leader = threadIdx.x == 0;
+    // the run's slice i is slice it % CH of tile it / CH (it = it_begin + i): row tile tile / TB, token tile tile % TB
+    auto at = [&](int i) {
+        const long it = it_begin + i, tile = it / CH;
+        return make_int3((int)(it % CH), (int)(tile / TB) * L::BM, (int)(tile % TB) * BN);
+    };
     pipe.init();
-    // iteration it (stage (it - it_begin) % ST) is slice it % CH of tile it / CH: row tile tile / TB, token tile tile % TB
-    auto issue_w = [&](long it) { pipe.issue_w((int)((it - it_begin) % ST), (int)(it % CH), (int)(it / CH / TB) * L::BM); };
-    auto issue_a = [&](long it) { pipe.issue_a((int)((it - it_begin) % ST), (int)(it % CH), (int)(it / CH % TB) * BN); };
-    pdl_trigger();
-    for (int s = 0; s < AHEAD && it_begin + s < it_end; s++) issue_w(it_begin + s);
-    pdl_wait(); // the activations are the previous kernel's; the slots and counters are free
-    if (leader)
-        for (int s = 0; s < AHEAD && it_begin + s < it_end; s++) issue_a(it_begin + s);
+    pipe.start(count, at);
 
     const int wrow = warp * 16 + g; // this lane's first row in the block
     for (long seg = it_begin; seg < it_end;) { // the run's part of one tile: slices seg .. seg_end - 1
@@ -1692,16 +1705,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wsk(const __grid_constant_
 #pragma unroll
         for (int e = 0; e < BN / 2; e++) acc[e] = 0;
         wg_hold(acc);
-        for (long it = seg; it < seg_end; it++) {
-            const int i = (int)(it - it_begin);
-            __syncthreads(); // every warp is past slice it - 1's fragment loads and has waited for slice it - 2's MMAs
-            if (it + AHEAD < it_end) {
-                if (leader) pipe.release();
-                issue_w(it + AHEAD);
-                if (leader) issue_a(it + AHEAD);
-            }
-            pipe.template multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
-        }
+        for (long it = seg; it < seg_end; it++) pipe.template step<FR>(acc, (int)(it - it_begin), count, at, wrow, tq);
         // the accumulators are only read on the branches below: written on a branch, they would serialize the wgmmas
         wg_wait<0>();
         wg_hold(acc);
