@@ -3772,47 +3772,46 @@ static int streamk_split(const handle *h, int tiles, int tok_blocks, int chunks,
     return tiles <= TILE_COUNTERS && (size_t)2 * blocks * per_slot <= h->partial_elems;
 }
 
-// blocks of a kernel a multiprocessor holds at once (asked once per kernel: *cache)
-template <typename K> static int blocks_per_sm(K kernel, int threads, int bytes, int *cache) {
-    if (!*cache) {
+// blocks of k_gemm_wsk a multiprocessor holds at once (asked once per shape)
+template <int TYPE, int WG, int BN, int NB, int FR> static int wt_blocks_per_sm() {
+    static int occ = 0;
+    if (!occ) {
         int o = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, kernel, threads, bytes) != cudaSuccess || o < 1) o = 1, cudaGetLastError();
-        *cache = o;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_gemm_wsk<TYPE, WG, BN, NB, FR>, gemm_wt_smem<TYPE, WG, BN, NB>::THREADS,
+                                                          gemm_wt_smem<TYPE, WG, BN, NB>::BYTES) != cudaSuccess || o < 1)
+            o = 1, cudaGetLastError();
+        occ = o;
     }
-    return *cache;
+    return occ;
 }
 
 template <int TYPE, int WG, int BN, int NB, int FR>
 static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, BN);
+    const int occ_smem = 227 * 1024 / (L::BYTES + 1024), occ_threads = 2048 / L::THREADS;
+    const int occ = occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
     /* a slice-time: its MMAs at ~5 TFLOP/s a multiprocessor (about 2/3 of the tensor cores' peak) */
     const double slice_us = 2.0 * L::BM * BN * L::KC / 5e6;
-    const int chunks = (W->cols / QK + NB - 1) / NB;
     int cps;
+    const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, (W->cols / QK + NB - 1) / NB, n, W->rows, slice_us, &cps);
     if constexpr (NB == 4) {
         const CUtensorMap *am = h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB> T;
-            static int occ_wt = 0, occ_wsk = 0;
             streamk_plan p;
-            if (h->streamk && streamk_split(h, row_blocks * tok_blocks, tok_blocks, chunks,
-                                            blocks_per_sm(k_gemm_wsk<TYPE, WG, BN, NB, FR>, T::THREADS, T::BYTES, &occ_wsk), T::BM * BN, &p)) {
+            if (h->streamk && streamk_split(h, row_blocks * tok_blocks, tok_blocks, (W->cols / QK + NB - 1) / NB, wt_blocks_per_sm<TYPE, WG, BN, NB, FR>(),
+                                            T::BM * BN, &p)) {
                 launch(h, k_gemm_wsk<TYPE, WG, BN, NB, FR>, dim3((unsigned)(((long)p.tiles * p.chunks + p.per - 1) / p.per)), T::THREADS, T::BYTES,
                        *W->wmap, *am, W->d, W->dstride, W->rows, n, y, ldy, accumulate, p);
                 return;
             }
-            const int splits = split_k_wg(h, row_blocks * tok_blocks, blocks_per_sm(k_gemm_wt<TYPE, WG, BN, NB, FR>, T::THREADS, T::BYTES, &occ_wt),
-                                          chunks, n, W->rows, slice_us, &cps);
             launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
                    W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
         }
     }
-    const int occ_smem = 227 * 1024 / (L::BYTES + 1024), occ_threads = 2048 / L::THREADS;
-    const int occ = occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
-    const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, chunks, n, W->rows, slice_us, &cps);
     launch(h, k_gemm_wg<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), L::THREADS, L::BYTES, W->qs, W->d, W->dstride, W->rows, W->cols,
            (const __half *)h->ah, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
     if (splits > 1)
