@@ -65,10 +65,6 @@
 #          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
 #          Q4_0 models of CHAIN_SHAPES (llama2-7b) at batch CHAIN_BATCH (1,8,64) step by step and chained in
 #          turn, CHAIN_ROUNDS times (2)
-#   streamk  the TMA GEMM in stream-K runs (PLUMB_CUDA_STREAMK=1) against its split-K launches: every
-#          GEMMBENCH line (7B Q4_0 and TinyLlama Q8_0 matrices, 8/32/64/128 tokens; each product also
-#          compared with the reg GEMM), the CPU comparison at WG_CHECK_CHUNKS through its token tiles
-#          (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0 batch 1/8/64 with it off and on, twice
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
@@ -414,31 +410,6 @@ gemmbench)
         PLUMB_CUDA_GEMMBENCH=${GEMMBENCH_N:-16,32,64} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/gemmbench" 2>&1 | grep -E "gemmbench|rror"
     done 2>&1 | tee "$OUT/gemmbench.txt"
-    ;;
-streamk)
-    for mq in llama2-7b:q4_0 tinyllama-1.1b:q8_0; do
-        m=$(model ${mq%:*} ${mq#*:})
-        for v in 0 1; do
-            echo "== $mq PLUMB_CUDA_STREAMK=$v"
-            PLUMB_CUDA_STREAMK=$v PLUMB_CUDA_GEMMBENCH=8,32,64,128 timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 \
-                --reps 1 --warmup 0 --no-quality -o "$OUT/streamk-gemmbench" 2>&1 | grep -E "gemmbench|rror"
-        done
-    done 2>&1 | tee "$OUT/streamk-gemmbench.txt"
-    for ty in q4_0 q8_0; do
-        m=$(model tinyllama-1.1b $ty)
-        echo "== synthetic TinyLlama $ty, PLUMB_CUDA_STREAMK=1 against the CPU"
-        for c in ${WG_CHECK_CHUNKS:-12 24 40 64 100}; do echo "-- -c $c: $(PLUMB_CUDA_STREAMK=1 compare_line "$m" $c)"; done
-    done 2>&1 | tee "$OUT/streamk-check.txt"
-    for r in 1 2; do
-        for sh in llama2-7b tinyllama-1.1b; do
-            m=$(model $sh q4_0)
-            for v in 0 1; do
-                echo "== $sh PLUMB_CUDA_STREAMK=$v round $r"
-                PLUMB_CUDA_STREAMK=$v $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1,8,64 -p 128 -n 32 --reps 3 --no-quality \
-                    -o "$OUT/streamk-$sh-$v-$r" 2>&1 | grep -E "^\| |rror"
-            done
-        done
-    done 2>&1 | tee "$OUT/streamk-speed.txt"
     ;;
 q4k)
     m=$(model tinyllama-1.1b q4_k)

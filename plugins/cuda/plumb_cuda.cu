@@ -160,7 +160,6 @@ struct handle {
     int wgmma;                                 // the device runs the sm_90a image (k_wgmma_probe): the wgmma GEMM can run
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
-    int streamk;                               // ... in stream-K runs (PLUMB_CUDA_STREAMK=1; 0, the default: tiles split in k by split_k_wg)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
@@ -1587,7 +1586,7 @@ struct wt_pipe {
             const int3 p = at(s);
             issue_w(s, p.x, p.y);
         }
-        pdl_wait(); // the activations are the previous kernel's (and so, for k_gemm_wsk, are the slots and counters)
+        pdl_wait(); // the activations are the previous kernel's
         if (threadIdx.x == 0)
             for (int s = 0; s < AHEAD && s < count; s++) {
                 const int3 p = at(s);
@@ -1650,95 +1649,6 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__
     wg_hold(acc);
     for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
     wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
-#endif
-}
-
-// Stream-K (PLUMB_CUDA_STREAMK=1; not yet measured on a GPU): the
-// product's output tiles x slices, tile after tile (a tile's slices in
-// order), cut into gridDim.x equal runs of `per` slices, one run a block.
-// A block whose run starts or ends inside a tile leaves its sums of that
-// tile in a slot of ws (two a block: the tile its run starts in, the one it
-// ends in), and the last of the tile's blocks to finish adds the slots in
-// block order (the same sum whichever finishes last) and stores the tile.
-// Every multiprocessor gets the same share of the work whatever the tile
-// count (7B gate/up at batch 64: 86 tiles of 256 rows, 0.65 of a wave of
-// whole tiles on 132 multiprocessors), with no separate reduction kernel.
-struct streamk_plan {
-    int tiles, tok_blocks, chunks, per; // output tiles (row tile x tok_blocks + token tile), token tiles, slices a tile, slices a run
-    float *ws;                          // [2 * gridDim.x][BM * BN] partial sums, in the threads' fragment order
-    unsigned *count;                    // per tile: its blocks that have finished their part (back to 0 by the last)
-};
-
-// this thread's share (BN / 2 values, NTH apart) of a block's slot
-__device__ __forceinline__ float *sk_slot(const streamk_plan &p, int block, int second, int per_slot) {
-    return p.ws + (size_t)(2 * block + second) * per_slot + threadIdx.x;
-}
-
-template <int TYPE, int WG, int BN, int NB, int FR>
-__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wsk(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
-                                                         const __half *__restrict__ wd, int dstride, int rows, int n, float *C, int ldc, int accumulate,
-                                                         const streamk_plan plan) {
-#ifdef HAVE_WGMMA
-    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-    constexpr int NTH = L::THREADS, PER_SLOT = L::BM * BN;
-    static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    __shared__ int last_one;
-    const wt_pipe<TYPE, WG, BN, NB> pipe = wt_pipe_at<TYPE, WG, BN, NB>(smem_raw, &wmap, &amap, wd, dstride, rows);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int CH = plan.chunks, TB = plan.tok_blocks;
-    const long it_begin = (long)blockIdx.x * plan.per, it_end = min((long)plan.tiles * CH, it_begin + plan.per);
-    const int count = (int)(it_end - it_begin);
-    const bool leader = threadIdx.x == 0;
-    // the run's slice i is slice it % CH of tile it / CH (it = it_begin + i): row tile tile / TB, token tile tile % TB
-    auto at = [&](int i) {
-        const long it = it_begin + i, tile = it / CH;
-        return make_int3((int)(it % CH), (int)(tile / TB) * L::BM, (int)(tile % TB) * BN);
-    };
-    pipe.init();
-    pipe.start(count, at);
-
-    const int wrow = warp * 16 + g; // this lane's first row in the block
-    for (long seg = it_begin; seg < it_end;) { // the run's part of one tile: slices seg .. seg_end - 1
-        const long tile = seg / CH, tile_at = tile * CH, seg_end = min(it_end, tile_at + CH);
-        float acc[BN / 2];
-#pragma unroll
-        for (int e = 0; e < BN / 2; e++) acc[e] = 0;
-        wg_hold(acc);
-        for (long it = seg; it < seg_end; it++) pipe.template step<FR>(acc, (int)(it - it_begin), count, at, wrow, tq);
-        // the accumulators are only read on the branches below: written on a branch, they would serialize the wgmmas
-        wg_wait<0>();
-        wg_hold(acc);
-        const int r0 = (int)(tile / TB) * L::BM, t0 = (int)(tile % TB) * BN;
-        if (seg == tile_at && seg_end == tile_at + CH) wg_put<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, NULL); // the whole tile
-        else {
-            const int first = (int)(tile_at / plan.per), last = (int)((tile_at + CH - 1) / plan.per); // the tile's blocks
-            float *mine = sk_slot(plan, blockIdx.x, tile != it_begin / CH, PER_SLOT);
-#pragma unroll
-            for (int e = 0; e < BN / 2; e++) __stcg(mine + e * NTH, acc[e]);
-            __threadfence();
-            __syncthreads();
-            if (leader) {
-                unsigned *cnt = plan.count + tile;
-                last_one = atomicAdd(cnt, 1u) == (unsigned)(last - first);
-                if (last_one) *cnt = 0;
-            }
-            __syncthreads();
-            if (last_one) { // the tile's sums, in block order
-                __threadfence();
-                float tot[BN / 2];
-#pragma unroll
-                for (int e = 0; e < BN / 2; e++) tot[e] = 0;
-                for (int b = first; b <= last; b++) { // block b's slot of this tile: its second unless the tile is where b's run starts
-                    const float *slot = sk_slot(plan, b, tile != (long)b * plan.per / CH, PER_SLOT);
-#pragma unroll
-                    for (int e = 0; e < BN / 2; e++) tot[e] += __ldcg(slot + e * NTH);
-                }
-                wg_put<BN>(tot, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, NULL);
-            }
-        }
-        seg = seg_end;
-    }
 #endif
 }
 
@@ -3388,7 +3298,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             h->encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
         cudaGetLastError();
         h->wg_tma = h->encode_tiled && !(wl && !strcmp(wl, "copies"));
-        h->streamk = getenv("PLUMB_CUDA_STREAMK") && !strcmp(getenv("PLUMB_CUDA_STREAMK"), "1");
     }
     if (h->gemm_kind == GEMM_WG && !h->wgmma) {
         if (getenv("PLUMB_CUDA_GEMM")) {
@@ -3628,11 +3537,8 @@ static cudaError_t gemm_wt_allow_smem_one() {
     else {
         typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
         cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
-        if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_wsk<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_gemm_wsk<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }
 }
@@ -3756,39 +3662,13 @@ static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, i
     return (chunks + *cps - 1) / *cps;
 }
 
-/* The stream-K runs of a TMA wgmma product (k_gemm_wsk, PLUMB_CUDA_STREAMK=1):
- * its tiles x chunks slices in equal runs, one for each block the
- * multiprocessors hold at once, at least SK_MIN_RUN slices (or a whole tile)
- * long. 0 (the split-K kernel instead) where the tile counters or the
- * partial-sum slots (2 a block, in h->partial) would not be enough. */
-#define SK_MIN_RUN 4
-static int streamk_split(const handle *h, int tiles, int tok_blocks, int chunks, int blocks_per_sm, int per_slot, streamk_plan *p) {
-    const long work = (long)tiles * chunks, slots = (long)h->num_sms * blocks_per_sm;
-    long per = (work + slots - 1) / slots;
-    if (per < SK_MIN_RUN) per = chunks < SK_MIN_RUN ? chunks : SK_MIN_RUN;
-    if (per > chunks) per = chunks;
-    const long blocks = (work + per - 1) / per;
-    *p = streamk_plan{tiles, tok_blocks, chunks, (int)per, h->partial, h->tile_count};
-    return tiles <= TILE_COUNTERS && (size_t)2 * blocks * per_slot <= h->partial_elems;
-}
-
-// blocks of k_gemm_wsk a multiprocessor holds at once (asked once per shape)
-template <int TYPE, int WG, int BN, int NB, int FR> static int wt_blocks_per_sm() {
-    static int occ = 0;
-    if (!occ) {
-        int o = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, k_gemm_wsk<TYPE, WG, BN, NB, FR>, gemm_wt_smem<TYPE, WG, BN, NB>::THREADS,
-                                                          gemm_wt_smem<TYPE, WG, BN, NB>::BYTES) != cudaSuccess || o < 1)
-            o = 1, cudaGetLastError();
-        occ = o;
-    }
-    return occ;
-}
-
 template <int TYPE, int WG, int BN, int NB, int FR>
 static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, BN);
+    /* occupancy as the cp.async kernel's, also for the TMA kernel's launches (whose bigger stages hold fewer blocks):
+     * the TMA kernel's own occupancy gave the 2x8 tiles fewer splits, and 7B batch 8 measured 2253 instead of 2769
+     * tok/s (H200, bench/results/gpu/v16-streamk-rejected.md) */
     const int occ_smem = 227 * 1024 / (L::BYTES + 1024), occ_threads = 2048 / L::THREADS;
     const int occ = occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
     /* a slice-time: its MMAs at ~5 TFLOP/s a multiprocessor (about 2/3 of the tensor cores' peak) */
@@ -3799,13 +3679,6 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
         const CUtensorMap *am = h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB> T;
-            streamk_plan p;
-            if (h->streamk && streamk_split(h, row_blocks * tok_blocks, tok_blocks, (W->cols / QK + NB - 1) / NB, wt_blocks_per_sm<TYPE, WG, BN, NB, FR>(),
-                                            T::BM * BN, &p)) {
-                launch(h, k_gemm_wsk<TYPE, WG, BN, NB, FR>, dim3((unsigned)(((long)p.tiles * p.chunks + p.per - 1) / p.per)), T::THREADS, T::BYTES,
-                       *W->wmap, *am, W->d, W->dstride, W->rows, n, y, ldy, accumulate, p);
-                return;
-            }
             launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
                    W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
