@@ -166,6 +166,7 @@ struct handle {
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
     long wg_small_elems;                       // ... for matrices of at least this many weights (PLUMB_CUDA_WG_SMALL=N sets N and 0)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
+    int wg_rows_auto;                          // above 32 tokens, a tile's rows per matrix by wg_rows_64 (PLUMB_CUDA_WG_ROWS=auto; default 256)
     int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
     int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
@@ -3226,6 +3227,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
                      MATVEC_MAX_N, MATVEC_MAX_N);
             goto fail;
         }
+        const char *wrows = getenv("PLUMB_CUDA_WG_ROWS");
+        if (wrows && strcmp(wrows, "auto") && strcmp(wrows, "256")) {
+            snprintf(err, err_len, "PLUMB_CUDA_WG_ROWS wants auto (a tile's rows per matrix above 32 tokens) or 256 (the default)");
+            goto fail;
+        }
+        h->wg_rows_auto = wrows && !strcmp(wrows, "auto");
         if (wt) {
             int wg, bn, nbk, fr;
             if (sscanf(wt, "%dx%dx%dx%d", &wg, &bn, &nbk, &fr) != 4 || wg < 1 || wg > 9 || bn < 8 || bn > 256 || nbk < 1 || nbk > 9 || fr < 1 ||
@@ -3691,6 +3698,37 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
         finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
 }
 
+/* Warpgroups (64 rows each) of a 64-token tile for W: 2, 3 or 4, the one
+ * whose whole-wave estimate is least. A block takes ~1.36 us a slice at 256
+ * rows (7B gate/up alone on the H200), in proportion to its rows, 3% more a
+ * row at 192 and 17% at 128 (the activations read from L2 more often); one
+ * block a multiprocessor (the TMA kernel's stages); each tile count's best
+ * split in k with its partial sums as split_k_wg counts them. Against the
+ * per-matrix times of every tile (7B Q4_0, 64 tokens, PLUMB_CUDA_GEMMBENCH,
+ * bench/results/gpu/v16-row-tiles.md) it picks the fastest for all five
+ * products: gate/up and q/k/v 192 rows (86 -> 115 tiles of 132
+ * multiprocessors: 43.6 -> 33.9 us; 29.0 -> 24.2), wo 128, output 256;
+ * TinyLlama Q8_0's GEMMs 50.9 -> 44.6 us a layer. (Ties go to the larger
+ * tile.) */
+static int wg_rows_64(const handle *h, const dmat *W, int n) {
+    static const double row_cost[5] = {0, 0, 1.17, 1.03, 1.0};
+    const int chunks = (W->cols / QK + 3) / 4, tok_blocks = (n + 63) / 64;
+    int best_wg = 4;
+    double best = -1;
+    for (int wg = 4; wg >= 2; wg--) {
+        const long tiles = (long)((W->rows + 64 * wg - 1) / (64 * wg)) * tok_blocks;
+        const double slice_us = 1.36 * wg / 4 * row_cost[wg];
+        for (int s = 1; s <= 8; s++) {
+            const int per = (chunks + s - 1) / s;
+            if (s > 1 && (per < 2 || (size_t)s * n * W->rows > h->partial_elems)) break;
+            double cost = (double)((tiles * s + h->num_sms - 1) / h->num_sms) * per * slice_us;
+            if (s > 1) cost += 2.0 + (double)s * n * W->rows * 4 / 2.5e6;
+            if (best < 0 || cost < best - 1e-9) best = cost, best_wg = wg;
+        }
+    }
+    return best_wg;
+}
+
 /* block shape: wg_tile (PLUMB_CUDA_WG_TILE) or by batch size: up to 32
  * tokens two warpgroups (128 rows) by 32 tokens, above that four (256 rows)
  * by 64 tokens, slices of 4 blocks, all 4 blocks' fragments in flight.
@@ -3700,10 +3738,12 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
  * 64-token tiles 10229 vs 9912 tok/s with 128-token tiles). With TMA loads
  * (bench/results/gpu/v15-tma-attention.md) 2 blocks' fragments in flight
  * measured faster while the scales came by plain loads, slower once they came
- * in the stage: 7B batch 64 11157 vs 11308 tok/s, so still 4. */
+ * in the stage: 7B batch 64 11157 vs 11308 tok/s, so still 4. Above 32
+ * tokens, PLUMB_CUDA_WG_ROWS=auto chooses the rows per matrix (wg_rows_64;
+ * faster per matrix, not yet timed end to end, so not the default). */
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->wg_tile ? h->wg_tile : n <= 8 ? WGM_CODE(2, 8, 4, 4) : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(4, 64, 4, 4);
+    const int tile = h->wg_tile ? h->wg_tile : n <= 8 ? WGM_CODE(2, 8, 4, 4) : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(h->wg_rows_auto ? wg_rows_64(h, W, n) : 4, 64, 4, 4);
 #define WGM_LAUNCH(WG, BN, NB, FR) \
     if (tile == WGM_CODE(WG, BN, NB, FR)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR>(h, W, n, y, ldy, accumulate);
     WGM_CONFIGS(WGM_LAUNCH)
