@@ -65,9 +65,13 @@
 #          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
 #          Q4_0 models of CHAIN_SHAPES (llama2-7b) at batch CHAIN_BATCH (1,8,64) step by step and chained in
 #          turn, CHAIN_ROUNDS times (2)
+#   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against the default 256: the CPU
+#          comparison at chunks 64 and 100 (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0
+#          batch 8/64 (and 128-token prefill) with it off and on, twice
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
-# Logs and records go to $OUT (default ./gpu-out). Runtime libraries the
+# Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
+# few files can come back from the machine, point OUT at a scratch folder and pack it afterwards). Runtime libraries the
 # machine lacks can sit in .devlibs/; test models in $PLUMB_SHARED/models.
 set -u
 OUT=${OUT:-gpu-out}
@@ -410,6 +414,23 @@ gemmbench)
         PLUMB_CUDA_GEMMBENCH=${GEMMBENCH_N:-16,32,64} timeout 300 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 16 -n 2 --reps 1 --warmup 0 \
             --no-quality -o "$OUT/gemmbench" 2>&1 | grep -E "gemmbench|rror"
     done 2>&1 | tee "$OUT/gemmbench.txt"
+    ;;
+rows)
+    for ty in q4_0 q8_0; do
+        m=$(model tinyllama-1.1b $ty)
+        echo "== synthetic TinyLlama $ty, PLUMB_CUDA_WG_ROWS=auto against the CPU"
+        for c in 64 100; do echo "-- -c $c: $(PLUMB_CUDA_WG_ROWS=auto compare_line "$m" $c)"; done
+    done 2>&1 | tee "$OUT/rows-check.txt"
+    for r in 1 2; do
+        for sh in llama2-7b tinyllama-1.1b; do
+            m=$(model $sh q4_0)
+            for v in 256 auto; do
+                echo "== $sh PLUMB_CUDA_WG_ROWS=$v round $r"
+                PLUMB_CUDA_WG_ROWS=$v $P bench -m "$m" --backends cuda --ngl all -t $T --batch 8,64 -p 128 -n 32 --reps 3 --no-quality \
+                    -o "$OUT/rows-$sh-$v-$r" 2>&1 | grep -E "^\| |rror"
+            done
+        done
+    done 2>&1 | tee "$OUT/rows-speed.txt"
     ;;
 q4k)
     m=$(model tinyllama-1.1b q4_k)
