@@ -3651,18 +3651,26 @@ static void launch_gemm_r_t(handle *h, const dmat *W, int n, float *y, int ldy, 
  * `occ` blocks resident a multiprocessor: the busiest multiprocessor's
  * slices (waves of num_sms x occ blocks, each taking occ slice-times) x
  * slice_us, plus for s > 1 the partial sums (~2 us and s x n x rows floats
- * read at ~2.5 MB a microsecond, as measured for k_gemm_r). */
-static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, int rows, double slice_us, int *cps) {
+ * read at ~2.5 MB a microsecond, as measured for k_gemm_r). The s whose
+ * estimate (us, in *best_cost) is least. */
+static int best_split_wg(const handle *h, int blocks, int occ, int chunks, int n, int rows, double slice_us, double *best_cost) {
     int best = 1;
-    double best_cost = -1;
+    *best_cost = -1;
     const long slots = (long)h->num_sms * occ;
     for (int s = 1; s <= 8; s++) {
         const int per = (chunks + s - 1) / s;
         if (s > 1 && (per < 2 || (size_t)s * n * rows > h->partial_elems)) break;
         double cost = (double)((blocks * (long)s + slots - 1) / slots) * occ * per * slice_us;
         if (s > 1) cost += 2.0 + (double)s * n * rows * 4 / 2.5e6;
-        if (best_cost < 0 || cost < best_cost - 1e-9) best = s, best_cost = cost;
+        if (*best_cost < 0 || cost < *best_cost - 1e-9) best = s, *best_cost = cost;
     }
+    return best;
+}
+
+// the splits best_split_wg picks (or PLUMB_CUDA_GEMM_SPLITS), as many as the partial-sum buffer holds; *cps: slices a split
+static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, int rows, double slice_us, int *cps) {
+    double cost;
+    int best = best_split_wg(h, blocks, occ, chunks, n, rows, slice_us, &cost);
     if (h->gemm_splits) best = h->gemm_splits;
     while (best > 1 && (size_t)best * n * rows > h->partial_elems) best--;
     *cps = (chunks + best - 1) / best;
@@ -3703,7 +3711,7 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
  * rows (7B gate/up alone on the H200), in proportion to its rows, 3% more a
  * row at 192 and 17% at 128 (the activations read from L2 more often); one
  * block a multiprocessor (the TMA kernel's stages); each tile count's best
- * split in k with its partial sums as split_k_wg counts them. Against the
+ * split in k with its partial sums, as best_split_wg counts them. Against the
  * per-matrix times of every tile (7B Q4_0, 64 tokens, PLUMB_CUDA_GEMMBENCH,
  * bench/results/gpu/v16-row-tiles.md) it picks the fastest for all five
  * products: gate/up and q/k/v 192 rows (86 -> 115 tiles of 132
@@ -3716,15 +3724,10 @@ static int wg_rows_64(const handle *h, const dmat *W, int n) {
     int best_wg = 4;
     double best = -1;
     for (int wg = 4; wg >= 2; wg--) {
-        const long tiles = (long)((W->rows + 64 * wg - 1) / (64 * wg)) * tok_blocks;
-        const double slice_us = 1.36 * wg / 4 * row_cost[wg];
-        for (int s = 1; s <= 8; s++) {
-            const int per = (chunks + s - 1) / s;
-            if (s > 1 && (per < 2 || (size_t)s * n * W->rows > h->partial_elems)) break;
-            double cost = (double)((tiles * s + h->num_sms - 1) / h->num_sms) * per * slice_us;
-            if (s > 1) cost += 2.0 + (double)s * n * W->rows * 4 / 2.5e6;
-            if (best < 0 || cost < best - 1e-9) best = cost, best_wg = wg;
-        }
+        const int tiles = (W->rows + 64 * wg - 1) / (64 * wg) * tok_blocks;
+        double cost;
+        best_split_wg(h, tiles, 1, chunks, n, W->rows, 1.36 * wg / 4 * row_cost[wg], &cost);
+        if (best < 0 || cost < best - 1e-9) best = cost, best_wg = wg;
     }
     return best_wg;
 }
