@@ -141,10 +141,27 @@ int llama_bind_tensors(plumb_model *m) {
 
 /* ---- forward pass ---- */
 
+/* 1 / rms of x (+ add, when given: the residual not yet stored), in double
+ * (the sum of squares of a wide vector loses bits in float) over eight
+ * lanes in a fixed order: the same answer whichever thread computes it. */
+static float rms_scale(const float *x, const float *add, int n, float eps) {
+    double lane[8] = {0}, ss = 0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            const float v = add ? x[i + j] + add[i + j] : x[i + j];
+            lane[j] += (double)v * v;
+        }
+    for (; i < n; i++) {
+        const float v = add ? x[i] + add[i] : x[i];
+        ss += (double)v * v;
+    }
+    for (int j = 0; j < 8; j++) ss += lane[j];
+    return (float)(1.0 / sqrt(ss / n + eps));
+}
+
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0; /* double: the sum of squares of a wide vector loses bits in float */
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float scale = (float)(1.0 / sqrt(ss / n + eps));
+    const float scale = rms_scale(x, NULL, n, eps);
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
@@ -216,6 +233,173 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
     }
 }
 
+/* ---- one token, one parallel region ---- */
+
+/* A token's pass over the host's layers is five parallel loops a layer;
+ * a region for each costs a fork and a join (3 us for two threads, more for
+ * sixteen) and leaves the norms, RoPE and residual adds to one thread while
+ * the others wait in the next fork. For a single token over repacked
+ * weights one region runs the whole pass: the threads go through the
+ * layers together and meet at spin barriers (plumb_team), and the small
+ * steps are split between them. The arithmetic is the same as the loop
+ * in llama_forward, so the logits are too, bit for bit (tests/test_model.c).
+ * PLUMB_TOKEN_REGION=0 turns it off, for comparisons. */
+
+/* The next product's input, in its activation form: x (+ add, the residual
+ * still pending, which then goes to x_out: add needs x_out), RMS-normalized with w when w is
+ * given, quantized block by block. A prologue: each thread its blocks. */
+typedef struct {
+    const float *x, *add, *w;
+    float *x_out;
+    int n;
+    float eps;
+    uint32_t type; /* the type of the rows that read it */
+    void *act;
+} act_prep;
+
+static void prep_blocks(int64_t first, int64_t count, void *ctx) {
+    const act_prep *a = ctx;
+    const int64_t bs = plumb_act_block(a->type);
+    const size_t block_bytes = plumb_matmul_act_bytes(a->type, bs, 1);
+    const float scale = a->w ? rms_scale(a->x, a->add, a->n, a->eps) : 1.0f;
+    float blk[QK_K];
+    for (int64_t b = first; b < first + count; b++) {
+        const float *x = a->x + b * bs;
+        if (a->add) { /* (separate loops, each simple enough to vectorize) */
+            const float *add = a->add + b * bs;
+            float *x_out = a->x_out + b * bs;
+            for (int64_t i = 0; i < bs; i++) x_out[i] = x[i] + add[i];
+            x = x_out;
+        }
+        if (a->w) {
+            const float *w = a->w + b * bs;
+            for (int64_t i = 0; i < bs; i++) blk[i] = x[i] * scale * w[i];
+            x = blk;
+        }
+        plumb_quantize_act(a->type, x, bs, (uint8_t *)a->act + (size_t)b * block_bytes);
+    }
+}
+
+static plumb_prologue prep(act_prep *a, const float *x, const float *add, float *x_out, const float *w, int n, const plumb_matrix *W, plumb_ctx *c) {
+    *a = (act_prep){x, add, w, x_out, n, c->model->hp.rms_eps, W->type, c->act_buf};
+    return (plumb_prologue){prep_blocks, n / plumb_act_block(W->type), a};
+}
+
+static int team_wanted(void) { /* (read every step: tests switch it) */
+    const char *e = getenv("PLUMB_TOKEN_REGION");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* whether the team pass can run this step: one token, integer kernels over
+ * repacked weights for every product, one KV part */
+static int team_fits(const plumb_ctx *c, int n) {
+    const plumb_model *m = c->model;
+    const plumb_hparams *hp = &m->hp;
+    if (n != 1 || c->p.exact || c->kv_parts != 1 || c->gpu_first < 1 || hp->n_ff < hp->n_embd || !team_wanted()) return 0;
+    for (int l = 0; l < c->gpu_first; l++) {
+        const plumb_layer *L = &m->layers[l];
+        const plumb_matrix *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++)
+            if (!plumb_team_can_run(all[i]) || hp->n_embd % plumb_act_block(all[i]->type) || hp->n_ff % plumb_act_block(all[i]->type)) return 0;
+        if (L->wk.type != L->wq.type || L->wv.type != L->wq.type || L->w_up.type != L->w_gate.type) return 0;
+    }
+    return c->gpu_handle || plumb_team_can_run(&m->output);
+}
+
+/* this thread's part [lo, hi) of n things */
+#define PART_LO(n, me, nt) ((int)((long)(n) * (me) / (nt)))
+#define PART_HI(n, me, nt) ((int)((long)(n) * ((me) + 1) / (nt)))
+
+/* biases, RoPE and the cache writes of thread me's heads */
+static void team_rope(plumb_ctx *c, int l, int pos, const plumb_seq *s, const float *cs, const float *sn, int me, int nt) {
+    const plumb_layer *L = &c->model->layers[l];
+    const plumb_hparams *hp = &c->model->hp;
+    const int hd = hp->head_dim;
+    for (int h = PART_LO(hp->n_head, me, nt); h < PART_HI(hp->n_head, me, nt); h++) {
+        float *q = c->q + (size_t)h * hd;
+        for (int i = 0; L->bq.data && i < hd; i++) q[i] += ((const float *)L->bq.data)[h * hd + i];
+        rope(q, 1, hd, hp->n_rot, hp->rope_neox, cs, sn);
+    }
+    for (int h = PART_LO(hp->n_head_kv, me, nt); h < PART_HI(hp->n_head_kv, me, nt); h++) {
+        float *k = c->k + (size_t)h * hd, *v = c->v + (size_t)h * hd;
+        for (int i = 0; L->bk.data && i < hd; i++) k[i] += ((const float *)L->bk.data)[h * hd + i];
+        for (int i = 0; L->bv.data && i < hd; i++) v[i] += ((const float *)L->bv.data)[h * hd + i];
+        rope(k, 1, hd, hp->n_rot, hp->rope_neox, cs, sn);
+        memcpy(kv_part_at(c, c->k_pool, 0, s, l, pos) + (size_t)h * hd, k, sizeof(float) * (size_t)hd);
+        memcpy(kv_part_at(c, c->v_pool, 0, s, l, pos) + (size_t)h * hd, v, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* The host's layers (and the head, unless the GPU runs layers after them)
+ * for one token, run by every thread of the team. The residual stream
+ * alternates between c->x and a second buffer: a residual add is folded
+ * into the next product's prologue, whose threads all read the old stream
+ * while each writes its part of the new one. It is written 2 x layers
+ * times, so it ends in c->x, as llama_forward leaves it. */
+static void team_pass(plumb_ctx *c, plumb_team *tm, int me, int pos, int seq, int want, float *logits_out, const float *cs, const float *sn) {
+    const plumb_model *m = c->model;
+    const plumb_hparams *hp = &m->hp;
+    const int d = hp->n_embd, ff = hp->n_ff, nt = plumb_team_size(tm);
+    float *xcur = c->x, *xalt = c->hb2;
+    const float *pending = NULL; /* the block output not yet added to xcur */
+    act_prep a;
+    for (int l = 0; l < c->gpu_first; l++) {
+        const plumb_layer *L = &m->layers[l];
+        /* q, k, v = attn_norm(x) Wq, Wk, Wv                     q: [d], k, v: [kv_dim] */
+        const plumb_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        plumb_prologue pre = prep(&a, xcur, pending, pending ? xalt : NULL, L->attn_norm.data, d, &L->wq, c);
+        plumb_team_matmul_n(tm, me, qkv, 3, c->act_buf, qkv_out, &pre);
+        if (pending) {
+            float *t = xcur;
+            xcur = xalt, xalt = t;
+        }
+        team_rope(c, l, pos, &c->seqs[seq], cs, sn, me, nt);
+        plumb_team_barrier(tm);
+        /* att_out = attention over the sequence's cache             [d] */
+        int rows_of = -1;
+        for (int h = PART_LO(hp->n_head, me, nt); h < PART_HI(hp->n_head, me, nt); h++) attend_head(c, l, 0, h, &pos, &seq, me, &rows_of);
+        plumb_team_barrier(tm); /* (the blocks a thread quantizes next are not all its heads') */
+        /* xb = att_out Wo                                               [d] */
+        pre = prep(&a, c->att_out, NULL, NULL, NULL, d, &L->wo, c);
+        plumb_team_matmul_n(tm, me, (const plumb_matrix *const[]){&L->wo}, 1, c->act_buf, (float *const[]){c->xb}, &pre);
+        /* x += xb; hb = silu(ffn_norm(x) Wgate) * (ffn_norm(x) Wup)    [ff] */
+        pre = prep(&a, xcur, c->xb, xalt, L->ffn_norm.data, d, &L->w_gate, c);
+        plumb_team_swiglu(tm, me, &L->w_gate, &L->w_up, c->act_buf, c->hb, &pre);
+        float *t = xcur;
+        xcur = xalt, xalt = t;
+        /* xb = hb Wdown                                                 [d] */
+        pre = prep(&a, c->hb, NULL, NULL, NULL, ff, &L->w_down, c);
+        plumb_team_matmul_n(tm, me, (const plumb_matrix *const[]){&L->w_down}, 1, c->act_buf, (float *const[]){c->xb}, &pre);
+        pending = c->xb;
+    }
+    /* the last residual add into c->x; logits = output_norm(x) Wout */
+    if (!c->gpu_handle && want) {
+        plumb_prologue pre = prep(&a, xcur, pending, xalt, m->output_norm.data, d, &m->output, c);
+        plumb_team_matmul_n(tm, me, (const plumb_matrix *const[]){&m->output}, 1, c->act_buf, (float *const[]){logits_out}, &pre);
+    } else {
+        for (int i = PART_LO(d, me, nt); i < PART_HI(d, me, nt); i++) c->x[i] = xcur[i] + pending[i]; /* (each thread its own part: in place is safe) */
+        plumb_team_barrier(tm);
+    }
+}
+
+/* 1 when the team ran the pass (logits written unless the GPU runs layers
+ * after the host's), 0 when this step needs llama_forward's loop */
+static int team_forward(plumb_ctx *c, int n, const int *pos, const int *seq, const int8_t *want, float *logits_out, const float *cs, const float *sn) {
+    if (!team_fits(c, n)) return 0;
+    const int T = omp_get_max_threads();
+    plumb_team *tm = plumb_team_new(T);
+    if (!tm) return 0;
+    int ran = 0;
+#pragma omp parallel num_threads(T)
+    if (omp_get_num_threads() == T) { /* (else every thread skips: the caller's loop runs) */
+        team_pass(c, tm, omp_get_thread_num(), pos[0], seq[0], want[0], logits_out, cs, sn);
+        if (omp_get_thread_num() == 0) ran = 1;
+    }
+    plumb_team_free(tm);
+    return ran;
+}
+
 /* argmax_out: where the GPU, when it computes the head, puts each wanted
  * row's greedy pick (left alone otherwise; the caller knows which) */
 int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const int *seq, int n, const int8_t *want, float *logits_out, int *argmax_out) {
@@ -236,7 +420,8 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
             sn[t][i] = (float)sin(theta);
         }
 
-    for (int l = 0; l < c->gpu_first; l++) {
+    const int team_ran = team_forward(c, n, pos, seq, want, logits_out, cs[0], sn[0]);
+    for (int l = 0; l < c->gpu_first && !team_ran; l++) {
         const plumb_layer *L = &m->layers[l];
 
         /* attention block */
@@ -281,6 +466,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
     }
 
     /* final norm and output projection, for the tokens that want logits */
+    if (team_ran) return 0;
     int n_out = 0;
     for (int t = 0; t < n; t++)
         if (want[t]) rmsnorm(c->xb + (size_t)(n_out++) * d, c->x + (size_t)t * d, m->output_norm.data, d, hp->rms_eps);

@@ -117,6 +117,37 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
 void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const float *x, int n_tok, float *out, float *scratch, void *act_buf,
                          int exact);
 
+/* Work every thread does its even share of before a parallel loop's items
+ * (a token's activations quantized by all threads, not by one): fn over
+ * [first, first + count) of [0, n). */
+typedef struct {
+    void (*fn)(int64_t first, int64_t count, void *ctx);
+    int64_t n;
+    void *ctx;
+} plumb_prologue;
+
+/* A team runs a whole single-token step in one OpenMP parallel region:
+ * every thread of the region calls the plumb_team_* functions in the same
+ * order, with its thread number `me`, and they meet at spin barriers
+ * instead of forking and joining a region per product. */
+typedef struct plumb_team plumb_team;
+plumb_team *plumb_team_new(int n_threads); /* NULL when out of memory */
+void plumb_team_free(plumb_team *tm);
+int plumb_team_size(const plumb_team *tm);
+void plumb_team_barrier(plumb_team *tm);
+/* whether W runs on the team's kernels (repacked, 8-row integer kernel) */
+int plumb_team_can_run(const plumb_matrix *W);
+/* y[i] = W[i] x for one token, the activations already quantized in act by
+ * pre (the team's shares of it; may be NULL); barriers before and after the
+ * items. W all of one type and width, nw <= 4. */
+void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const plumb_prologue *pre);
+/* out[i] = silu(gate[i] . x) * (up[i] . x), as plumb_team_matmul_n */
+void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre);
+/* The activation form of a row type: its block (32 or 256 values), and n
+ * values (whole blocks) quantized into out, as plumb_matmul does it. */
+int64_t plumb_act_block(uint32_t weight_type);
+void plumb_quantize_act(uint32_t weight_type, const float *x, int64_t n, void *out);
+
 /* Row r of W as floats (for embedding lookup). */
 void plumb_matrix_row_f32(const plumb_matrix *W, int64_t r, float *out);
 

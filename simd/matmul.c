@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,13 +227,24 @@ static int steal_enabled(void) {
     return steal_on;
 }
 
-/* takes up to chunk items from the front (own share) or the back (another's): first item, or -1 when empty */
+/* Takes up to chunk items from the front (own share) or the back (another's),
+ * and no more than a quarter of what is left (at least one): the last
+ * chunks of a share get short, so the thread that finishes first waits for
+ * the other's last one item or two, not for a sixteenth of its share
+ * (PLUMB_STEAL_TAPER=0: chunk items to the end, for comparisons). First
+ * item, or -1 when empty. */
+static int taper_on = -1;
 static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
+    if (taper_on < 0) {
+        const char *e = getenv("PLUMB_STEAL_TAPER");
+        taper_on = !(e && !strcmp(e, "0"));
+    }
     uint64_t cur = __atomic_load_n(&s->span, __ATOMIC_RELAXED);
     for (;;) {
         const uint64_t next = cur & 0xFFFFFFFFu, end = cur >> 32;
         if (next >= end) return -1;
-        const uint64_t n = end - next < (uint64_t)chunk ? end - next : (uint64_t)chunk;
+        uint64_t n = end - next < (uint64_t)chunk ? end - next : (uint64_t)chunk;
+        if (taper_on && n > (end - next + 3) / 4) n = (end - next + 3) / 4;
         const uint64_t want = from_back ? next | (end - n) << 32 : (next + n) | end << 32;
         if (__atomic_compare_exchange_n(&s->span, &cur, want, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
             *count = (int64_t)n;
@@ -245,20 +257,37 @@ static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
  * With pre, every thread first takes an even share of pre's items and all
  * wait for all of them (a token's activations quantized by both threads, not
  * by one while the other waits for the region). */
-typedef struct {
-    void (*fn)(int64_t first, int64_t count, void *ctx);
-    int64_t n;
-    void *ctx;
-} prologue;
+typedef plumb_prologue prologue;
 
 static void run_share(const prologue *pre, int me, int nt) {
     const int64_t lo = pre->n * me / nt, hi = pre->n * (me + 1) / nt;
     if (hi > lo) pre->fn(lo, hi - lo, pre->ctx);
 }
 
+/* a share's chunk: a sixteenth of it, at least one item */
+static int64_t share_chunk(int64_t n, int me, int nt) {
+    const int64_t lo = n * me / nt, hi = n * (me + 1) / nt;
+    return (hi - lo) / 16 > 1 ? (hi - lo) / 16 : 1;
+}
+
+static void set_share(share *shares, int64_t n, int me, int nt) {
+    __atomic_store_n(&shares[me].span, (uint64_t)(n * me / nt) | (uint64_t)(n * (me + 1) / nt) << 32, __ATOMIC_RELAXED);
+}
+
+/* own share from the front, then the others' leftovers from their ends */
+static void steal_loop(share *shares, int64_t n, int me, int nt, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
+    const int64_t chunk = share_chunk(n, me, nt);
+    int64_t first, count;
+    while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
+    for (int k = 1; k < nt; k++)
+        while ((first = take(&shares[(me + k) % nt], chunk, 1, &count)) >= 0) body(first, count, ctx);
+}
+
+static int steal_worthwhile(int64_t n, int nt) { return nt > 1 && n >= 2 * nt && n <= 0xFFFFFFFFLL && steal_enabled(); }
+
 static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx, const prologue *pre) {
     const int T = omp_get_max_threads();
-    if (T <= 1 || n < 2 * T || n > 0xFFFFFFFFLL || !steal_enabled()) {
+    if (!steal_worthwhile(n, T)) {
 #pragma omp parallel
         {
             if (pre) {
@@ -274,14 +303,10 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
 #pragma omp parallel num_threads(T)
     {
         const int me = omp_get_thread_num(), nt = omp_get_num_threads();
-        const int64_t lo = n * me / nt, hi = n * (me + 1) / nt, chunk = (hi - lo) / 16 > 1 ? (hi - lo) / 16 : 1;
-        __atomic_store_n(&shares[me].span, (uint64_t)lo | (uint64_t)hi << 32, __ATOMIC_RELAXED);
+        set_share(shares, n, me, nt);
         if (pre) run_share(pre, me, nt);
 #pragma omp barrier
-        int64_t first, count;
-        while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
-        for (int k = 1; k < nt; k++) /* then the others' leftovers, from their ends */
-            while ((first = take(&shares[(me + k) % nt], chunk, 1, &count)) >= 0) body(first, count, ctx);
+        steal_loop(shares, n, me, nt, body, ctx);
     }
 }
 
@@ -573,4 +598,87 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
     swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out};
     for_items(ff / 8, swiglu_items, &j, &q.all);
+}
+
+/* ---- a team: one parallel region for a whole decode step ---- */
+
+struct plumb_team {
+    int nt;
+    _Alignas(64) unsigned arrived;
+    _Alignas(64) unsigned gen;
+    _Alignas(64) share shares[]; /* nt of them */
+};
+
+plumb_team *plumb_team_new(int nt) {
+    if (nt < 1) nt = 1;
+    const size_t bytes = (sizeof(plumb_team) + (size_t)nt * sizeof(share) + 63) & ~(size_t)63;
+    plumb_team *tm = aligned_alloc(64, bytes);
+    if (!tm) return NULL;
+    memset(tm, 0, bytes);
+    tm->nt = nt;
+    return tm;
+}
+
+void plumb_team_free(plumb_team *tm) { free(tm); }
+int plumb_team_size(const plumb_team *tm) { return tm->nt; }
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+/* A sense-counting spin barrier: ~0.2 us for two threads where libgomp's
+ * takes 1.4. The last to arrive resets the count before it opens the next
+ * generation, and the others cannot leave before that. After ~1 ms of
+ * spinning a waiter yields its core: a team larger than the cores it has
+ * (or a thread its host took away) must not be spun against. */
+void plumb_team_barrier(plumb_team *tm) {
+    if (tm->nt == 1) return;
+    const unsigned gen = __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&tm->arrived, 1, __ATOMIC_ACQ_REL) == (unsigned)tm->nt) {
+        __atomic_store_n(&tm->arrived, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&tm->gen, gen + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    for (unsigned spins = 0; __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE) == gen; spins++) {
+        if (spins < (1u << 14)) cpu_relax();
+        else sched_yield();
+    }
+}
+
+/* Every thread of the team: its share of pre, a barrier, items [0, n)
+ * (stealing as for_items does), a barrier. */
+static void team_items(plumb_team *tm, int me, int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx, const prologue *pre) {
+    const int nt = tm->nt, steal = steal_worthwhile(n, nt);
+    if (steal) set_share(tm->shares, n, me, nt);
+    if (pre) run_share(pre, me, nt);
+    plumb_team_barrier(tm);
+    if (steal) steal_loop(tm->shares, n, me, nt, body, ctx);
+    else if (n * (me + 1) / nt > n * me / nt) body(n * me / nt, n * (me + 1) / nt - n * me / nt, ctx);
+    plumb_team_barrier(tm);
+}
+
+int plumb_team_can_run(const plumb_matrix *W) {
+    const plumb_kernels *k = plumb_kernels_active();
+    return W->packed && k != plumb_kernels_scalar() && k->dot8[W->type] && plumb_type_get(W->type)->act != PLUMB_ACT_F32;
+}
+
+int64_t plumb_act_block(uint32_t weight_type) { return plumb_type_get(weight_type)->act == PLUMB_ACT_Q8K ? QK_K : 32; }
+
+void plumb_quantize_act(uint32_t weight_type, const float *x, int64_t n, void *out) {
+    quantize_act(plumb_kernels_active(), weight_type, x, out, n);
+}
+
+void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const plumb_prologue *pre) {
+    dot8_job j = {.dot8 = plumb_kernels_active()->dot8[W[0]->type], .W = W, .act = act, .y = y};
+    for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
+    team_items(tm, me, j.first[nw], dot8_items, &j, pre);
+}
+
+void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
+    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out};
+    team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }

@@ -403,6 +403,41 @@ Test(model, numa_split_kv_cache_gives_the_same_logits) {
     expect_same_logits_with(synthetic_600("kvsplit.gguf", PLUMB_TYPE_Q4_K, 8, 4, 5), "PLUMB_KV_SPLIT", "numa:2 core:1 pu:1", NULL, "split");
 }
 
+/* synthetic_600 with the Qwen2 shape's biases on q, k and v */
+static const char *synthetic_600_bias(const char *file, uint32_t type, uint64_t seed) {
+    plumb_synth_params sp = {.shape = {.name = "t", .n_embd = 256, .n_layer = 2, .n_head = 8, .n_head_kv = 2, .n_ff = 512, .n_vocab = 600,
+                                       .n_ctx = 128, .rope_freq_base = 10000.f, .qkv_bias = 1, .arch = "qwen2"},
+                             .type = type, .seed = seed};
+    const char *out = tmp_path(file);
+    cr_assert_eq(plumb_make_synthetic(&sp, out), 0, "%s", plumb_last_error());
+    return out;
+}
+
+/* A decode step run in one parallel region (the team pass: residual adds
+ * folded into the next product's prologue, the small steps split between
+ * threads, spin barriers) gives the region-per-product loop's logits bit for
+ * bit: both activation forms (Q4_0/Q8_0 blocks of 32, K-quants' of 256),
+ * grouped-query heads, q/k/v biases with NEOX RoPE, and 2 threads or 7
+ * (uneven parts, more threads than this machine's cores: the barrier's
+ * waiters must yield). */
+Test(model, token_region_gives_the_same_logits) {
+    const uint32_t types[] = {PLUMB_TYPE_Q4_0, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q6_K};
+    for (int i = 0; i < 5; i++) {
+        const char *path = i < 4 ? synthetic_600("region.gguf", types[i], 8, i % 2 ? 2 : 8, 20 + i) : synthetic_600_bias("region.gguf", PLUMB_TYPE_Q5_K, 7);
+        for (int threads = 2; threads <= 7; threads += 5) {
+            float ref[2][600], got[2][600];
+            plumb_ctx_params cp = plumb_ctx_default_params();
+            cp.n_threads = threads;
+            prompt_and_decode(path, &cp, got);
+            setenv("PLUMB_TOKEN_REGION", "0", 1);
+            prompt_and_decode(path, &cp, ref);
+            unsetenv("PLUMB_TOKEN_REGION");
+            expect_same_logits(got, ref, "token region");
+        }
+        remove(path);
+    }
+}
+
 /* Single-token products with threads stealing each other's rows give the
  * static split's logits bit for bit: every 8-row group is computed once, by
  * the same kernel, whichever thread takes it. 7 threads (uneven shares) on
