@@ -244,9 +244,44 @@ static void kc_check_attend(const plumb_kernels *k, kc_result *r) {
         }
 }
 
+/* The table's activation quantizers give the reference's bytes on the
+ * cases rounding and search order decide: values landing on .5 after
+ * scaling (ties go to even), the greatest magnitude held by both signs (the
+ * reference takes the first), an all-zero block, negative zeros, tiny
+ * values, a block whose greatest value is its last. */
+static void kc_check_quantize(const plumb_kernels *k, kc_result *r) {
+    enum { N = 4 * QK_K };
+    float x[N];
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 77);
+    for (int c = 0; c < 8; c++) {
+        for (int i = 0; i < N; i++) x[i] = (float)((int)(plumb_rng_f32(&rng) * 255) - 127) + (c % 2 ? 0.5f : 0.0f); /* whole and half steps */
+        switch (c) {
+        case 0: case 1: x[40] = 127; x[300] = -127; x[600] = 127; break; /* scale 1: the .5s are ties */
+        case 2: for (int i = 0; i < N; i++) x[i] = (i % 7 == 0) ? -0.0f : x[i] * 1e-30f; break;
+        case 3: memset(x + QK_K, 0, sizeof(float) * QK_K); memset(x, 0, sizeof(float) * 32); break;
+        case 4: x[10] = -200; x[20] = 200; x[QK_K + 255] = 300; x[2 * QK_K] = 250; x[2 * QK_K + 1] = -250; break;
+        case 5: for (int i = 0; i < N; i++) x[i] = 2.0f * plumb_rng_f32(&rng) - 1.0f; break;
+        default: kc_random(x, N, &rng, 3.0f); x[N - 1] = -50; break;
+        }
+        block_q8a a_ref[N / 32], a_k[N / 32];
+        block_q8_K k_ref[N / QK_K], k_k[N / QK_K];
+        memset(a_ref, 0, sizeof a_ref), memset(a_k, 0, sizeof a_k), memset(k_ref, 0, sizeof k_ref), memset(k_k, 0, sizeof k_k);
+        plumb_kernels_scalar()->quantize_q8a(x, a_ref, N);
+        k->quantize_q8a(x, a_k, N);
+        plumb_kernels_scalar()->quantize_q8K(x, k_ref, N);
+        k->quantize_q8K(x, k_k, N);
+        if (memcmp(a_ref, a_k, sizeof a_ref)) kc_fail(r, "%s quantize_q8a case %d differs from the reference", k->name, c);
+        else r->passed++;
+        if (memcmp(k_ref, k_k, sizeof k_ref)) kc_fail(r, "%s quantize_q8K case %d differs from the reference", k->name, c);
+        else r->passed++;
+    }
+}
+
 static kc_result kernel_check_table(const plumb_kernels *k) {
     kc_result r = {0, 0};
     kc_check_f32(k, &r);
+    kc_check_quantize(k, &r);
     kc_check_attend(k, &r);
     const uint32_t types[] = {PLUMB_TYPE_F32, PLUMB_TYPE_F16, PLUMB_TYPE_BF16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0,
                               PLUMB_TYPE_Q4_1, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q5_K, PLUMB_TYPE_Q6_K};
