@@ -44,6 +44,43 @@ TARGET static inline __m256 hsum8_ps(__m256 s0, __m256 s1, __m256 s2, __m256 s3,
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* e^x for eight floats, within 2 ulp of expf over the range that matters
+ * here (x in [-87.3, 88.7]; below, 0; above, +inf): x = n ln2 + r with
+ * |r| <= ln2/2 (ln2 in two parts, so r is exact enough), e^r by its degree-6
+ * Taylor polynomial (Horner, FMA), times 2^n through the exponent bits. */
+TARGET static inline __m256 exp8_ps(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7228f), lo = _mm256_set1_ps(-87.3365f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n as two factors: n reaches 128 at the top of the range, one past the largest exponent */
+    const __m256i ni = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(ni, 1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23)),
+                 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
+    p = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    p = _mm256_andnot_ps(under, p);
+    return _mm256_blendv_ps(p, _mm256_set1_ps(INFINITY), over);
+}
+
+TARGET static void silu_mul(int64_t n, const float *gate, const float *up, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp8_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 /* Attention for one query head (scalar twin: scalar.c). Scores come eight
  * positions at a time (one horizontal reduction per eight, not per
  * position); the weighted sum of values keeps 64 output floats in eight
@@ -70,7 +107,18 @@ TARGET static void attend(int hd, int len, const float *q, const float *const *k
     for (; p < len; p++) att[p] = dot_f32(hd, q, k[p]) * scale;
     float max = -INFINITY, sum = 0;
     for (p = 0; p < len; p++) max = att[p] > max ? att[p] : max;
-    for (p = 0; p < len; p++) sum += att[p] = expf(att[p] - max);
+    p = 0;
+    if (len >= 8) {
+        __m256 acc = _mm256_setzero_ps();
+        const __m256 m = _mm256_set1_ps(max);
+        for (; p + 8 <= len; p += 8) {
+            const __m256 e = exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(att + p), m));
+            _mm256_storeu_ps(att + p, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        sum = hsum_ps(acc);
+    }
+    for (; p < len; p++) sum += att[p] = expf(att[p] - max);
     const float inv = 1.0f / sum;
     int i0 = 0;
     for (; i0 + 64 <= hd; i0 += 64) {
@@ -177,6 +225,7 @@ static const plumb_kernels avx2 = {
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
+    .silu_mul = silu_mul,
 };
 
 /* The same table with AVX-VNNI multiply-adds for the 32-wide block types. */
@@ -201,6 +250,7 @@ static const plumb_kernels avx2_vnni = {
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
+    .silu_mul = silu_mul,
 };
 
 const plumb_kernels *plumb_kernels_avx2(void) { return &avx2; }
@@ -607,6 +657,7 @@ static const plumb_kernels avx512_vnni = {
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
+    .silu_mul = silu_mul,
 };
 
 const plumb_kernels *plumb_kernels_avx512_vnni(void) { return &avx512_vnni; }

@@ -58,7 +58,12 @@ typedef struct {
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n); /* with F16C where present */
     void (*quantize_q8a)(const float *x, block_q8a *y, int64_t n);
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
+    /* the feed-forward's gate: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) */
+    void (*silu_mul)(int64_t n, const float *gate, const float *up, float *out);
 } plumb_kernels;
+
+/* scalar silu_mul (the reference; the NEON tables use it too) */
+void plumb_silu_mul_ref(int64_t n, const float *gate, const float *up, float *out);
 
 const plumb_kernels *plumb_kernels_scalar(void);
 const plumb_kernels *plumb_kernels_avx2(void);  /* NULL when not compiled in */

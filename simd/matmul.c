@@ -555,13 +555,12 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
     dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y, &q.all);
 }
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
 typedef struct {
     plumb_dot8_fn dot8;
     const plumb_matrix *gate, *up;
     const void *act;
     float *out;
+    void (*silu_mul)(int64_t n, const float *gate, const float *up, float *out);
 } swiglu_job;
 
 static void swiglu_items(int64_t first, int64_t count, void *ctx) {
@@ -571,7 +570,7 @@ static void swiglu_items(int64_t first, int64_t count, void *ctx) {
         float g8[8], u8[8];
         j->dot8((int)j->gate->cols, packed_for_thread(j->gate) + (size_t)g * group_bytes, j->act, g8);
         j->dot8((int)j->up->cols, packed_for_thread(j->up) + (size_t)g * group_bytes, j->act, u8);
-        for (int i = 0; i < 8; i++) j->out[8 * g + i] = silu(g8[i]) * u8[i];
+        j->silu_mul(8, g8, u8, j->out + 8 * g);
     }
 }
 
@@ -590,13 +589,14 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
         float *ys[2] = {out, scratch};
         plumb_matmul_n(gu, 2, x, n_tok, ys, act_buf, exact);
         const size_t n = (size_t)n_tok * (size_t)ff;
+        const int64_t chunk = 4096;
 #pragma omp parallel for schedule(static) if (n >= 65536)
-        for (size_t i = 0; i < n; i++) out[i] = silu(out[i]) * scratch[i];
+        for (size_t i = 0; i < n; i += chunk) k->silu_mul(n - i < chunk ? (int64_t)(n - i) : chunk, out + i, scratch + i, out + i);
         return;
     }
     quant_job q;
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
-    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out};
+    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul};
     for_items(ff / 8, swiglu_items, &j, &q.all);
 }
 
@@ -679,6 +679,6 @@ void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, i
 }
 
 void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
-    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out};
+    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul};
     team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }

@@ -128,6 +128,7 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
             [PLUMB_TYPE_Q6_K] = dot_q6_K##SFX,                                                                                        \
         },                                                                                                                            \
         .f16_to_f32 = f16_to_f32, .quantize_q8a = plumb_quantize_q8a, .quantize_q8K = plumb_quantize_q8_K,                            \
+        .silu_mul = plumb_silu_mul_ref,                                                                                               \
     }
 
 static const plumb_kernels neon = NEON_TABLE("neon", _neon);

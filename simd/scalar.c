@@ -49,6 +49,10 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
 }
 
+void plumb_silu_mul_ref(int64_t n, const float *gate, const float *up, float *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 static const plumb_kernels scalar = {
     .name = "scalar",
     .dot_f32 = dot_f32,
@@ -69,6 +73,7 @@ static const plumb_kernels scalar = {
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = plumb_quantize_q8a,
     .quantize_q8K = plumb_quantize_q8_K,
+    .silu_mul = plumb_silu_mul_ref,
 };
 
 const plumb_kernels *plumb_kernels_scalar(void) { return &scalar; }
