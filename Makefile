@@ -67,9 +67,14 @@ $(BIN): $(CLI_OBJ) $(BUILD)/libplumb.a
 $(BUILD)/plumb-tests: $(TEST_OBJ) $(BUILD)/libplumb.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 
+# a stand-in for the CUDA plugin: partial offload's host side, tested without a GPU
+$(BUILD)/libplumb-mock-backend.so: tests/mock_backend.c core/backend.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -shared -o $@ $<
+
 # The tests run the plumb binary too (CLI behaviour), so build both.
-test: $(BIN) $(BUILD)/plumb-tests
-	PLUMB_BIN=./$(BIN) $(BUILD)/plumb-tests $(TEST_ARGS)
+test: $(BIN) $(BUILD)/plumb-tests $(BUILD)/libplumb-mock-backend.so
+	PLUMB_BIN=./$(BIN) PLUMB_MOCK_BACKEND=$(BUILD)/libplumb-mock-backend.so $(BUILD)/plumb-tests $(TEST_ARGS)
 
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 check-asan:

@@ -6,7 +6,8 @@
 #          top-1 / KL / max log-prob difference against the CPU's exact path
 #   synth  the same comparison on a synthetic TinyLlama-1.1B-shape Q4_0 model at
 #          chunk sizes that take every product kernel (8 tokens: matrix-vector;
-#          12/24/40/64: the tensor-core GEMM with 1, 2 and 4 token tiles)
+#          12/24/40/64: the tensor-core GEMM with 1, 2 and 4 token tiles), then
+#          partial offload (-ngl 11) greedy ids with the host's one-region step on and off
 #   tiny   TinyLlama-1.1B shape Q4_0: -ngl all at batch 1/8/64
 #   7b     Llama-2-7B shape Q4_0: -ngl all at batch 1/8/64
 #   ab     the same 7B file with the earlier split-K policy (batch 64), and unless
@@ -118,6 +119,9 @@ synth)
         $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T 2>&1 >/dev/null | grep "generated ids"
         $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep -E "generated ids|GPU"
         for c in 8 12 24 40 64; do echo "-- -c $c"; compare "$m" $c 2; done
+        echo "== partial offload (-ngl 11: the host's 11 layers in its one-region decode step, the GPU's 11, the host's head)"
+        for v in 1 0; do PLUMB_TOKEN_REGION=$v $P run -m "$m" -p "Once upon a time" -n 24 --temp 0 --show-ids -t $T -ngl 11 2>&1 >/dev/null | grep "generated ids"; done
+        $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl 11 2>&1 | tail -2
     } 2>&1 | tee "$OUT/synth.txt"
     ;;
 tiny)

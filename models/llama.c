@@ -466,7 +466,7 @@ int llama_forward(plumb_ctx *c, const plumb_token *tokens, const int *pos, const
     }
 
     /* final norm and output projection, for the tokens that want logits */
-    if (team_ran) return 0;
+    if (team_ran && !c->gpu_handle) return 0; /* (the team ran the head; after GPU layers the host's head runs here) */
     int n_out = 0;
     for (int t = 0; t < n; t++)
         if (want[t]) rmsnorm(c->xb + (size_t)(n_out++) * d, c->x + (size_t)t * d, m->output_norm.data, d, hp->rms_eps);

@@ -438,6 +438,33 @@ Test(model, token_region_gives_the_same_logits) {
     }
 }
 
+/* Partial offload through a stand-in plugin (tests/mock_backend.c: its
+ * "layers" map the hidden states elementwise): the host's layers, the
+ * hand-over of x and the host's head after the device's layer give the
+ * same logits whether the host's decode step runs in one parallel region or
+ * a region per product, and the device's layer changed them. */
+Test(model, partial_offload_host_side) {
+    const char *mock = getenv("PLUMB_MOCK_BACKEND");
+    if (!mock || access(mock, R_OK)) cr_skip_test("needs PLUMB_MOCK_BACKEND, the stand-in plugin `make test` builds");
+    setenv("PLUMB_CUDA_PLUGIN", mock, 1);
+    const char *path = synthetic_600("offload.gguf", PLUMB_TYPE_Q4_0, 8, 2, 31);
+    float cpu[2][600], got[2][600], ref[2][600];
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_threads = 2;
+    prompt_and_decode(path, &cp, cpu);
+    cp.n_gpu_layers = 1;
+    prompt_and_decode(path, &cp, got);
+    setenv("PLUMB_TOKEN_REGION", "0", 1);
+    prompt_and_decode(path, &cp, ref);
+    unsetenv("PLUMB_TOKEN_REGION");
+    expect_same_logits(got, ref, "one region, partial offload");
+    int differ = 0;
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 600; v++) differ |= got[k][v] != cpu[k][v];
+    cr_assert(differ, "the stand-in device's layer changed no logit: was the plugin loaded?");
+    remove(path);
+}
+
 /* Single-token products with threads stealing each other's rows give the
  * static split's logits bit for bit: every 8-row group is computed once, by
  * the same kernel, whichever thread takes it. 7 threads (uneven shares) on
