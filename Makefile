@@ -33,7 +33,7 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 BIN      ?= plumb
 
-.PHONY: all test check version-header check-asan fuzz neon-test node-test demo bench-kernels cuda clean
+.PHONY: all test check version-header check-asan fuzz neon-test node-test demo bench-kernels bench-ab cuda clean
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_PLUGIN := libplumb-cuda.so
 all: $(BIN) $(if $(NVCC),$(CUDA_PLUGIN))
@@ -121,6 +121,10 @@ demo: $(BIN) $(DEMO_MODEL)
 $(BUILD)/bench-kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/bench/stats.o $(BUILD)/libplumb.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
 bench-kernels: $(BUILD)/bench-kernels
+
+$(BUILD)/bench-ab: $(BUILD)/bench/ab_switch.o $(BUILD)/libplumb.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+bench-ab: $(BUILD)/bench-ab
 
 clean:
 	rm -rf build build-asan build-aarch64 plumb $(CUDA_PLUGIN)
