@@ -368,7 +368,7 @@ plumb_ctx *plumb_ctx_new(plumb_model *m, const plumb_ctx_params *p) {
     c->att_out = scratch(c, nb * (size_t)hp->n_embd, "attention output");
     c->hb = scratch(c, nb * (size_t)hp->n_ff, "ffn hidden");
     c->hb2 = scratch(c, nb * (size_t)hp->n_ff, "ffn hidden");
-    c->att = scratch(c, (size_t)n_threads * (size_t)c->n_ctx, "attention scores");
+    c->att = scratch(c, (size_t)n_threads * (size_t)c->n_ctx * (size_t)(hp->n_head / hp->n_head_kv), "attention scores"); /* a KV group's heads */
     c->kv_rows = plumb_calloc((size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *), "attention row pointers");
     if (c->kv_rows) c->bytes += (size_t)n_threads * 2 * (size_t)c->n_ctx * sizeof(float *);
     c->logits = logits_alloc(c, (size_t)hp->n_vocab);

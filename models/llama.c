@@ -186,23 +186,38 @@ static void add_bias(float *x, const plumb_matrix *b, int n_tok) {
         for (int64_t i = 0; i < b->cols; i++) x[t * b->cols + i] += bv[i];
 }
 
-/* softmax(q . K / sqrt(hd)) V for query head h of token t: att_out[t][h*hd ..].
- * *rows_of caches which (token, KV head) the thread's row pointers hold. */
-static void attend_head(plumb_ctx *c, int l, int t, int h, const int *pos, const int *seq, int me, int *rows_of) {
+/* this thread's part [lo, hi) of n things */
+#define PART_LO(n, me, nt) ((int)((long)(n) * (me) / (nt)))
+#define PART_HI(n, me, nt) ((int)((long)(n) * ((me) + 1) / (nt)))
+
+/* softmax(q . K / sqrt(hd)) V for query heads [h0, h1) of token t:
+ * att_out[t][h*hd ..]. The heads of one KV group go through attend_group
+ * together (each cached row read once for all of them). *rows_of caches
+ * which (token, KV head) the thread's row pointers hold. */
+static void attend_heads(plumb_ctx *c, int l, int t, int h0, int h1, const int *pos, const int *seq, int me, int *rows_of) {
     const plumb_hparams *hp = &c->model->hp;
-    const int hd = hp->head_dim, kvh = h / (hp->n_head / hp->n_head_kv), len = pos[t] + 1;
-    float *att = c->att + (size_t)me * c->n_ctx;
+    const plumb_kernels *kn = plumb_kernels_active();
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, len = pos[t] + 1;
+    float *att = c->att + (size_t)me * c->n_ctx * group;
     const float **krow = c->kv_rows + (size_t)me * 2 * c->n_ctx, **vrow = krow + c->n_ctx;
-    if (*rows_of != t * hp->n_head_kv + kvh) {
-        const plumb_seq *s = &c->seqs[seq[t]];
-        for (int p = 0; p < len; p++) {
-            krow[p] = kv_head_at(c, c->k_pool, s, l, p, kvh);
-            vrow[p] = kv_head_at(c, c->v_pool, s, l, p, kvh);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int h = h0; h < h1;) {
+        const int kvh = h / group, run = (h1 < (kvh + 1) * group ? h1 : (kvh + 1) * group) - h; /* heads left in h's group */
+        if (*rows_of != t * hp->n_head_kv + kvh) {
+            const plumb_seq *s = &c->seqs[seq[t]];
+            for (int p = 0; p < len; p++) {
+                krow[p] = kv_head_at(c, c->k_pool, s, l, p, kvh);
+                vrow[p] = kv_head_at(c, c->v_pool, s, l, p, kvh);
+            }
+            *rows_of = t * hp->n_head_kv + kvh;
         }
-        *rows_of = t * hp->n_head_kv + kvh;
+        const float *q = c->q + (size_t)t * hp->n_embd + (size_t)h * hd;
+        float *out = c->att_out + (size_t)t * hp->n_embd + (size_t)h * hd;
+        if (run > 1 && kn->attend_group) kn->attend_group(hd, len, run, q, krow, vrow, scale, att, out);
+        else
+            for (int i = 0; i < run; i++) kn->attend(hd, len, q + (size_t)i * hd, krow, vrow, scale, att, out + (size_t)i * hd);
+        h += run;
     }
-    plumb_kernels_active()->attend(hd, len, c->q + (size_t)t * hp->n_embd + h * hd, krow, vrow, 1.0f / sqrtf((float)hd), att,
-                                   c->att_out + (size_t)t * hp->n_embd + h * hd);
 }
 
 /* Causal attention for a batch: token t of sequence seq[t] at position
@@ -224,11 +239,14 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
             while (me >= c->kv_thread0[part + 1]) part++;
             const int tn = c->kv_thread0[part + 1] - c->kv_thread0[part], i = me - c->kv_thread0[part];
             const int h0 = c->kv_head0[part] * group, nh = (c->kv_head0[part + 1] - c->kv_head0[part]) * group;
-            for (int t = 0; t < n; t++)
-                for (int h = h0 + (int)((long)nh * i / tn); h < h0 + (int)((long)nh * (i + 1) / tn); h++) attend_head(c, l, t, h, pos, seq, me, &rows_of);
-        } else {
-#pragma omp for schedule(static)
-            for (int th = 0; th < n * hp->n_head; th++) attend_head(c, l, th / hp->n_head, th % hp->n_head, pos, seq, me, &rows_of);
+            for (int t = 0; t < n; t++) attend_heads(c, l, t, h0 + PART_LO(nh, i, tn), h0 + PART_HI(nh, i, tn), pos, seq, me, &rows_of);
+        } else { /* this thread's run of the (token, head) pairs, a token's heads at a time */
+            const int nt = omp_get_num_threads(), end = PART_HI(n * hp->n_head, me, nt);
+            for (int th = PART_LO(n * hp->n_head, me, nt); th < end;) {
+                const int t = th / hp->n_head, h = th % hp->n_head, stop = end - t * hp->n_head < hp->n_head ? end - t * hp->n_head : hp->n_head;
+                attend_heads(c, l, t, h, stop, pos, seq, me, &rows_of);
+                th += stop - h;
+            }
         }
     }
 }
@@ -306,10 +324,6 @@ static int team_fits(const plumb_ctx *c, int n) {
     return c->gpu_handle || plumb_team_can_run(&m->output);
 }
 
-/* this thread's part [lo, hi) of n things */
-#define PART_LO(n, me, nt) ((int)((long)(n) * (me) / (nt)))
-#define PART_HI(n, me, nt) ((int)((long)(n) * ((me) + 1) / (nt)))
-
 /* biases, RoPE and the cache writes of thread me's heads */
 static void team_rope(plumb_ctx *c, int l, int pos, const plumb_seq *s, const float *cs, const float *sn, int me, int nt) {
     const plumb_layer *L = &c->model->layers[l];
@@ -358,7 +372,7 @@ static void team_pass(plumb_ctx *c, plumb_team *tm, int me, int pos, int seq, in
         plumb_team_barrier(tm);
         /* att_out = attention over the sequence's cache             [d] */
         int rows_of = -1;
-        for (int h = PART_LO(hp->n_head, me, nt); h < PART_HI(hp->n_head, me, nt); h++) attend_head(c, l, 0, h, &pos, &seq, me, &rows_of);
+        attend_heads(c, l, 0, PART_LO(hp->n_head, me, nt), PART_HI(hp->n_head, me, nt), &pos, &seq, me, &rows_of);
         plumb_team_barrier(tm); /* (the blocks a thread quantizes next are not all its heads') */
         /* xb = att_out Wo                                               [d] */
         pre = prep(&a, c->att_out, NULL, NULL, NULL, d, &L->wo, c);

@@ -81,33 +81,28 @@ TARGET static void silu_mul(int64_t n, const float *gate, const float *up, float
     for (; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* Attention for one query head (scalar twin: scalar.c). Scores come eight
- * positions at a time (one horizontal reduction per eight, not per
- * position); the weighted sum of values keeps 64 output floats in eight
- * registers across all positions. */
-TARGET static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
-    int p = 0;
-    if (hd % 8 == 0)
-        for (; p + 8 <= len; p += 8) {
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-            const float *const *kp = k + p;
-            for (int i = 0; i < hd; i += 8) {
-                const __m256 qi = _mm256_loadu_ps(q + i);
-                s0 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[0] + i), s0);
-                s1 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[1] + i), s1);
-                s2 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[2] + i), s2);
-                s3 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[3] + i), s3);
-                s4 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[4] + i), s4);
-                s5 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[5] + i), s5);
-                s6 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[6] + i), s6);
-                s7 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[7] + i), s7);
-            }
-            _mm256_storeu_ps(att + p, _mm256_mul_ps(hsum8_ps(s0, s1, s2, s3, s4, s5, s6, s7), _mm256_set1_ps(scale)));
-        }
-    for (; p < len; p++) att[p] = dot_f32(hd, q, k[p]) * scale;
+/* Scores of one query head against eight cached keys: att[0..8) */
+TARGET static inline void scores8(int hd, const float *q, const float *const *kp, float scale, float *att) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    for (int i = 0; i < hd; i += 8) {
+        const __m256 qi = _mm256_loadu_ps(q + i);
+        s0 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[0] + i), s0);
+        s1 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[1] + i), s1);
+        s2 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[2] + i), s2);
+        s3 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[3] + i), s3);
+        s4 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[4] + i), s4);
+        s5 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[5] + i), s5);
+        s6 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[6] + i), s6);
+        s7 = _mm256_fmadd_ps(qi, _mm256_loadu_ps(kp[7] + i), s7);
+    }
+    _mm256_storeu_ps(att, _mm256_mul_ps(hsum8_ps(s0, s1, s2, s3, s4, s5, s6, s7), _mm256_set1_ps(scale)));
+}
+
+/* att[0..len) = e^(att - max), returns 1 / their sum */
+TARGET static inline float softmax_exp(float *att, int len) {
     float max = -INFINITY, sum = 0;
-    for (p = 0; p < len; p++) max = att[p] > max ? att[p] : max;
-    p = 0;
+    for (int p = 0; p < len; p++) max = att[p] > max ? att[p] : max;
+    int p = 0;
     if (len >= 8) {
         __m256 acc = _mm256_setzero_ps();
         const __m256 m = _mm256_set1_ps(max);
@@ -119,7 +114,19 @@ TARGET static void attend(int hd, int len, const float *q, const float *const *k
         sum = hsum_ps(acc);
     }
     for (; p < len; p++) sum += att[p] = expf(att[p] - max);
-    const float inv = 1.0f / sum;
+    return 1.0f / sum;
+}
+
+/* Attention for one query head (scalar twin: scalar.c). Scores come eight
+ * positions at a time (one horizontal reduction per eight, not per
+ * position); the weighted sum of values keeps 64 output floats in eight
+ * registers across all positions. */
+TARGET static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+    int p = 0;
+    if (hd % 8 == 0)
+        for (; p + 8 <= len; p += 8) scores8(hd, q, k + p, scale, att + p);
+    for (; p < len; p++) att[p] = dot_f32(hd, q, k[p]) * scale;
+    const float inv = softmax_exp(att, len);
     int i0 = 0;
     for (; i0 + 64 <= hd; i0 += 64) {
         __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0, o7 = o0;
@@ -147,6 +154,56 @@ TARGET static void attend(int hd, int len, const float *q, const float *const *k
         for (p = 0; p < len; p++) o += att[p] * v[p][i];
         out[i] = o * inv;
     }
+}
+
+/* Values for two heads of a group, columns [i, i + 32): twelve registers
+ * of sums, each summed over the positions in the order attend sums them. */
+TARGET static inline void values_2x32(int len, const float *a0, const float *a1, const float *const *v, int i, float inv0, float inv1, float *out0,
+                                      float *out1) {
+    __m256 x0 = _mm256_setzero_ps(), x1 = x0, x2 = x0, x3 = x0, y0 = x0, y1 = x0, y2 = x0, y3 = x0;
+    for (int p = 0; p < len; p++) {
+        const float *vp = v[p] + i;
+        const __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8), v2 = _mm256_loadu_ps(vp + 16), v3 = _mm256_loadu_ps(vp + 24);
+        const __m256 b0 = _mm256_set1_ps(a0[p]), b1 = _mm256_set1_ps(a1[p]);
+        x0 = _mm256_fmadd_ps(b0, v0, x0), x1 = _mm256_fmadd_ps(b0, v1, x1), x2 = _mm256_fmadd_ps(b0, v2, x2), x3 = _mm256_fmadd_ps(b0, v3, x3);
+        y0 = _mm256_fmadd_ps(b1, v0, y0), y1 = _mm256_fmadd_ps(b1, v1, y1), y2 = _mm256_fmadd_ps(b1, v2, y2), y3 = _mm256_fmadd_ps(b1, v3, y3);
+    }
+    const __m256 s0 = _mm256_set1_ps(inv0), s1 = _mm256_set1_ps(inv1);
+    _mm256_storeu_ps(out0 + i, _mm256_mul_ps(x0, s0)), _mm256_storeu_ps(out0 + i + 8, _mm256_mul_ps(x1, s0));
+    _mm256_storeu_ps(out0 + i + 16, _mm256_mul_ps(x2, s0)), _mm256_storeu_ps(out0 + i + 24, _mm256_mul_ps(x3, s0));
+    _mm256_storeu_ps(out1 + i, _mm256_mul_ps(y0, s1)), _mm256_storeu_ps(out1 + i + 8, _mm256_mul_ps(y1, s1));
+    _mm256_storeu_ps(out1 + i + 16, _mm256_mul_ps(y2, s1)), _mm256_storeu_ps(out1 + i + 24, _mm256_mul_ps(y3, s1));
+}
+
+/* Query heads q[0..g) of one KV group against its cache at once: each key
+ * row is brought in once for all of them, each value row once a pair of
+ * heads (per head, a group of eight reads a long context's cache eight
+ * times from memory: it outgrows the L2 at ~2000 positions for TinyLlama's
+ * 64-float heads). Every output float is summed in the order attend sums
+ * it, so the results are attend's, bit for bit, whatever the grouping.
+ * att: g x len, out: g x hd. */
+#define GROUP_AHEAD 16 /* positions */
+TARGET static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                                float *out) {
+    if (hd % 64) { /* (attend sums the columns past a multiple of 64 one at a time) */
+        for (int h = 0; h < g; h++) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+        return;
+    }
+    int p = 0;
+    for (; p + 8 <= len; p += 8) {
+        for (int j = p + GROUP_AHEAD; j < p + GROUP_AHEAD + 8 && j < len; j++) /* (the rows lie a KV row apart: no hardware prefetcher follows them) */
+            for (int i = 0; i < hd; i += 16) _mm_prefetch((const char *)(k[j] + i), _MM_HINT_T0), _mm_prefetch((const char *)(v[j] + i), _MM_HINT_T1);
+        for (int h = 0; h < g; h++) scores8(hd, q + (size_t)h * hd, k + p, scale, att + (size_t)h * len + p);
+    }
+    for (; p < len; p++)
+        for (int h = 0; h < g; h++) att[(size_t)h * len + p] = dot_f32(hd, q + (size_t)h * hd, k[p]) * scale;
+    int h = 0;
+    for (; h + 2 <= g; h += 2) {
+        const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
+        for (int i = 0; i < hd; i += 32)
+            values_2x32(len, att + (size_t)h * len, att + (size_t)(h + 1) * len, v, i, inv0, inv1, out + (size_t)h * hd, out + (size_t)(h + 1) * hd);
+    }
+    if (h < g) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
 }
 
 TARGET static float dot_f16_w(int n, const void *wv, const void *xv) {
@@ -208,6 +265,7 @@ static const plumb_kernels avx2 = {
     .name = "avx2",
     .dot_f32 = dot_f32,
     .attend = attend,
+    .attend_group = attend_group,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
@@ -233,6 +291,7 @@ static const plumb_kernels avx2_vnni = {
     .name = "avx2-vnni",
     .dot_f32 = dot_f32,
     .attend = attend,
+    .attend_group = attend_group,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
@@ -639,6 +698,7 @@ static const plumb_kernels avx512_vnni = {
     .name = "avx512-vnni",
     .dot_f32 = dot_f32,
     .attend = attend,
+    .attend_group = attend_group,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,

@@ -47,6 +47,10 @@ typedef struct {
     /* one query head against len cached positions: out[0..hd) = sum over p
      * of softmax_p(scale * q . k[p]) * v[p]; att is len floats of scratch */
     plumb_attend_fn attend;
+    /* g query heads of one KV group at once: q, out g x hd, att g x len;
+     * attend's results bit for bit (NULL: the caller loops attend) */
+    void (*attend_group)(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                         float *out);
     /* weight row (by plumb_type) x activations in the type's activation form;
      * NULL entries are types this table does not run */
     plumb_dot_fn dot[PLUMB_TYPE_COUNT];

@@ -244,6 +244,39 @@ static void kc_check_attend(const plumb_kernels *k, kc_result *r) {
         }
 }
 
+/* attend_group (where a table has it) against the same table's attend, one
+ * head at a time: the same floats, bit for bit (the forward pass groups
+ * heads differently for different thread counts), over group sizes odd
+ * and even up to twelve, head sizes it groups and ones it hands back to
+ * attend (80, 96), and lengths with and without a tail of eight */
+static void kc_check_attend_group(const plumb_kernels *k, kc_result *r) {
+    if (!k->attend_group) return;
+    const int hds[] = {64, 80, 96, 128}, lens[] = {1, 7, 8, 45, 130}, gs[] = {2, 3, 4, 8, 12};
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 4);
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t c = 0; c < 5; c++) {
+                const int hd = hds[a], len = lens[b], g = gs[c];
+                float *q = malloc(sizeof(float) * (size_t)(hd * g)), *kv = malloc(sizeof(float) * (size_t)hd * (size_t)len * 4);
+                const float **kr = malloc(sizeof(float *) * (size_t)len), **vr = malloc(sizeof(float *) * (size_t)len);
+                float *att = malloc(sizeof(float) * (size_t)(len * g)), *want = malloc(sizeof(float) * (size_t)(hd * g)),
+                      *got = malloc(sizeof(float) * (size_t)(hd * g));
+                kc_random(q, hd * g, &rng, 2);
+                kc_random(kv, hd * len * 4, &rng, 2);
+                for (int p = 0; p < len; p++) { /* rows apart in memory, as in the paged cache */
+                    kr[p] = kv + (size_t)(4 * p + 1) * hd;
+                    vr[p] = kv + (size_t)(4 * p + 3) * hd;
+                }
+                const float scale = 1.0f / sqrtf((float)hd);
+                for (int h = 0; h < g; h++) k->attend(hd, len, q + h * hd, kr, vr, scale, att, want + h * hd);
+                k->attend_group(hd, len, g, q, kr, vr, scale, att, got);
+                if (!memcmp(got, want, sizeof(float) * (size_t)(hd * g))) r->passed++;
+                else kc_fail(r, "%s attend_group hd=%d len=%d g=%d differs from attend", k->name, hd, len, g);
+                free(q); free(kv); free(kr); free(vr); free(att); free(want); free(got);
+            }
+}
+
 /* The table's activation quantizers give the reference's bytes on the
  * cases rounding and search order decide: values landing on .5 after
  * scaling (ties go to even), the greatest magnitude held by both signs (the
@@ -308,6 +341,7 @@ static kc_result kernel_check_table(const plumb_kernels *k) {
     kc_check_quantize(k, &r);
     kc_check_silu_mul(k, &r);
     kc_check_attend(k, &r);
+    kc_check_attend_group(k, &r);
     const uint32_t types[] = {PLUMB_TYPE_F32, PLUMB_TYPE_F16, PLUMB_TYPE_BF16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0,
                               PLUMB_TYPE_Q4_1, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q5_K, PLUMB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
