@@ -2,6 +2,7 @@
  * against this machine's read bandwidth measured in the same run.
  *
  *   make bench-kernels && build/bench-kernels [rows cols [TYPES [hot]]]
+ *                         build/bench-kernels attention [POSITIONS ...]
  *
  * TYPES is a comma-separated list of type names (e.g. q4_0,q8_0); default all.
  * "hot" reads one copy of the matrix every rep: with a matrix that fits the
@@ -34,7 +35,53 @@ static int name_listed(const char *list, const char *name) {
     return 0;
 }
 
+/* One token's attention over a TinyLlama-shaped cache (22 layers, 4 KV
+ * heads of 64 floats, 8 query heads each, rows laid out as the paged cache
+ * lays them: a 16-position block holds every layer's rows), one thread:
+ * every head through attend, against each group through attend_group, the
+ * two alternating rep by rep; best of the reps. */
+static int bench_attention(int len) {
+    enum { LAYERS = 22, KVH = 4, HD = 64, GROUP = 8, BLOCK = 16 };
+    const plumb_kernels *k = plumb_kernels_active();
+    const size_t row = KVH * HD, blocks = (size_t)(len + BLOCK - 1) / BLOCK, n = row * BLOCK * LAYERS * blocks;
+    float *kc = malloc(sizeof(float) * n), *vc = malloc(sizeof(float) * n), *att = malloc(sizeof(float) * (size_t)len * GROUP);
+    const float **kr = malloc(sizeof(float *) * (size_t)len), **vr = malloc(sizeof(float *) * (size_t)len);
+    if (!kc || !vc || !att || !kr || !vr) return 1;
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 2);
+    for (size_t i = 0; i < n; i++) kc[i] = plumb_rng_f32(&rng) - 0.5f, vc[i] = plumb_rng_f32(&rng) - 0.5f;
+    float q[GROUP * HD], out[GROUP * HD];
+    for (int i = 0; i < GROUP * HD; i++) q[i] = plumb_rng_f32(&rng) - 0.5f;
+    double best[2] = {1e9, 1e9};
+    for (int rep = 0; rep < 40; rep++)
+        for (int grouped = 0; grouped < 2; grouped++) {
+            const double t0 = plumb_time_s();
+            for (int l = 0; l < LAYERS; l++)
+                for (int h = 0; h < KVH; h++) {
+                    for (int p = 0; p < len; p++) {
+                        const size_t off = (((size_t)(p / BLOCK) * LAYERS + (size_t)l) * BLOCK + (size_t)(p % BLOCK)) * row + (size_t)h * HD;
+                        kr[p] = kc + off, vr[p] = vc + off;
+                    }
+                    if (grouped && k->attend_group) k->attend_group(HD, len, GROUP, q, kr, vr, 0.125f, att, out);
+                    else
+                        for (int j = 0; j < GROUP; j++) k->attend(HD, len, q + j * HD, kr, vr, 0.125f, att, out + j * HD);
+                }
+            const double dt = plumb_time_s() - t0;
+            if (dt < best[grouped]) best[grouped] = dt;
+        }
+    printf("| %d | %s | %.3f | %.3f | %.2f |\n", len, k->name, 1e3 * best[0], 1e3 * best[1], best[1] / best[0]);
+    free(kc), free(vc), free(att), free(kr), free(vr);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "attention")) { /* build/bench-kernels attention [LEN ...] */
+        printf("# one token's attention, TinyLlama-1.1B shape, one thread: ms per token, best of 40\n\n");
+        printf("| positions | kernels | per head (attend) | per KV group (attend_group) | ratio |\n|---|---|---|---|---|\n");
+        for (int i = 2; i < argc || i == 2; i++)
+            if (bench_attention(i < argc ? atoi(argv[i]) : 512)) return 1;
+        return 0;
+    }
     const int rows = argc > 2 ? atoi(argv[1]) : 5632, cols = argc > 2 ? atoi(argv[2]) : 2048;
     const int hot = argc > 4 && !strcmp(argv[4], "hot"), reps = hot ? 201 : 31, n_threads = omp_get_max_threads();
     printf("# plumb kernel bench: %d x %d matrix-vector, %d reps%s, %s, cpu: %s\n", rows, cols, reps, hot ? " on one cache-resident copy" : "",
@@ -71,7 +118,7 @@ int main(int argc, char **argv) {
             plumb_matrix packed[256];
             int n_packed = si == 1 ? copies : 0;
             for (int c = 0; c < n_packed; c++) {
-                packed[c] = (plumb_matrix){types[ti], rows, cols, rb, w + bytes * (size_t)c, "bench", NULL};
+                packed[c] = (plumb_matrix){.type = types[ti], .rows = rows, .cols = cols, .row_bytes = rb, .data = w + bytes * (size_t)c, .name = "bench"};
                 plumb_matrix_repack(&packed[c]);
             }
             int thr[2] = {1, n_threads};
@@ -79,7 +126,7 @@ int main(int argc, char **argv) {
                 omp_set_num_threads(thr[ti2]);
                 double gbs[256];
                 for (int rep = 0; rep < reps; rep++) {
-                    plumb_matrix m = {types[ti], rows, cols, rb, w + bytes * (size_t)(rep % copies), "bench", NULL};
+                    plumb_matrix m = {.type = types[ti], .rows = rows, .cols = cols, .row_bytes = rb, .data = w + bytes * (size_t)(rep % copies), .name = "bench"};
                     if (n_packed) m = packed[rep % copies];
                     double t0 = plumb_time_s();
                     plumb_matmul(&m, x, 1, y, act, 0);
