@@ -263,9 +263,10 @@ static void attention(plumb_ctx *c, int l, int n, const int *pos, const int *seq
  * in llama_forward, so the logits are too, bit for bit (tests/test_model.c).
  * PLUMB_TOKEN_REGION=0 turns it off, for comparisons. */
 
-/* The next product's input, in its activation form: x (+ add, the residual
- * still pending, which then goes to x_out: add needs x_out), RMS-normalized with w when w is
- * given, quantized block by block. A prologue: each thread its blocks. */
+/* The next product's input, in its activation form: x, plus add (the
+ * residual still pending; the sum goes to x_out, which add needs), RMS-
+ * normalized with w when w is given, quantized block by block. A
+ * prologue: each thread its blocks. */
 typedef struct {
     const float *x, *add, *w;
     float *x_out;
@@ -392,7 +393,8 @@ static void team_pass(plumb_ctx *c, plumb_team *tm, int me, int pos, int seq, in
         plumb_prologue pre = prep(&a, xcur, pending, xalt, m->output_norm.data, d, &m->output, c);
         plumb_team_matmul_n(tm, me, (const plumb_matrix *const[]){&m->output}, 1, c->act_buf, (float *const[]){logits_out}, &pre);
     } else {
-        for (int i = PART_LO(d, me, nt); i < PART_HI(d, me, nt); i++) c->x[i] = xcur[i] + pending[i]; /* (each thread its own part: in place is safe) */
+        /* (each thread its own part: were xcur c->x, in place would be safe) */
+        for (int i = PART_LO(d, me, nt); i < PART_HI(d, me, nt); i++) c->x[i] = xcur[i] + pending[i];
         plumb_team_barrier(tm);
     }
 }
