@@ -182,13 +182,9 @@ TARGET static inline void values_2x32(int len, const float *a0, const float *a1,
  * 64-float heads). Every output float is summed in the order attend sums
  * it, so the results are attend's, bit for bit, whatever the grouping.
  * att: g x len, out: g x hd. */
+/* the scores of a group's g heads: att[h][0..len) */
 #define GROUP_AHEAD 16 /* positions */
-TARGET static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
-                                float *out) {
-    if (hd % 64) { /* (attend sums the columns past a multiple of 64 one at a time) */
-        for (int h = 0; h < g; h++) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
-        return;
-    }
+TARGET static inline void group_scores(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att) {
     int p = 0;
     for (; p + 8 <= len; p += 8) {
         for (int j = p + GROUP_AHEAD; j < p + GROUP_AHEAD + 8 && j < len; j++) /* (the rows lie a KV row apart: no hardware prefetcher follows them) */
@@ -197,6 +193,15 @@ TARGET static void attend_group(int hd, int len, int g, const float *q, const fl
     }
     for (; p < len; p++)
         for (int h = 0; h < g; h++) att[(size_t)h * len + p] = dot_f32(hd, q + (size_t)h * hd, k[p]) * scale;
+}
+
+TARGET static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                                float *out) {
+    if (hd % 64) { /* (attend sums the columns past a multiple of 64 one at a time) */
+        for (int h = 0; h < g; h++) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+        return;
+    }
+    group_scores(hd, len, g, q, k, v, scale, att);
     int h = 0;
     for (; h + 2 <= g; h += 2) {
         const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
@@ -324,6 +329,49 @@ const plumb_kernels *plumb_kernels_avx2_vnni(void) { return NULL; }
  * tokens share every weight load (prefill, batched decode). ---- */
 #if defined(__x86_64__)
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+/* Values for four heads of a group, columns [i, i + 64): sixteen 512-bit
+ * sums (half the instructions of two passes of values_2x32), each float
+ * summed over the positions in attend's order, so attend's results still. */
+T512 static void values_4x64(int len, const float *a, int i, const float *inv, const float *const *v, float *out, int hd) {
+    const float *a0 = a, *a1 = a + len, *a2 = a + 2 * (size_t)len, *a3 = a + 3 * (size_t)len;
+    __m512 x0 = _mm512_setzero_ps(), x1 = x0, x2 = x0, x3 = x0, y0 = x0, y1 = x0, y2 = x0, y3 = x0;
+    __m512 z0 = x0, z1 = x0, z2 = x0, z3 = x0, w0 = x0, w1 = x0, w2 = x0, w3 = x0;
+    for (int p = 0; p < len; p++) {
+        const float *vp = v[p] + i;
+        const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16), v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
+        const __m512 b0 = _mm512_set1_ps(a0[p]), b1 = _mm512_set1_ps(a1[p]), b2 = _mm512_set1_ps(a2[p]), b3 = _mm512_set1_ps(a3[p]);
+        x0 = _mm512_fmadd_ps(b0, v0, x0), x1 = _mm512_fmadd_ps(b0, v1, x1), x2 = _mm512_fmadd_ps(b0, v2, x2), x3 = _mm512_fmadd_ps(b0, v3, x3);
+        y0 = _mm512_fmadd_ps(b1, v0, y0), y1 = _mm512_fmadd_ps(b1, v1, y1), y2 = _mm512_fmadd_ps(b1, v2, y2), y3 = _mm512_fmadd_ps(b1, v3, y3);
+        z0 = _mm512_fmadd_ps(b2, v0, z0), z1 = _mm512_fmadd_ps(b2, v1, z1), z2 = _mm512_fmadd_ps(b2, v2, z2), z3 = _mm512_fmadd_ps(b2, v3, z3);
+        w0 = _mm512_fmadd_ps(b3, v0, w0), w1 = _mm512_fmadd_ps(b3, v1, w1), w2 = _mm512_fmadd_ps(b3, v2, w2), w3 = _mm512_fmadd_ps(b3, v3, w3);
+    }
+    const __m512 sums[4][4] = {{x0, x1, x2, x3}, {y0, y1, y2, y3}, {z0, z1, z2, z3}, {w0, w1, w2, w3}};
+    for (int h = 0; h < 4; h++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(out + (size_t)h * hd + i + 16 * j, _mm512_mul_ps(sums[h][j], _mm512_set1_ps(inv[h])));
+}
+
+/* attend_group with four heads a values pass in 512-bit registers */
+T512 static void attend_group_512(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                                  float *out) {
+    if (hd % 64 || g < 4) {
+        attend_group(hd, len, g, q, k, v, scale, att, out);
+        return;
+    }
+    group_scores(hd, len, g, q, k, v, scale, att);
+    int h = 0;
+    for (; h + 4 <= g; h += 4) {
+        float inv[4];
+        for (int j = 0; j < 4; j++) inv[j] = softmax_exp(att + (size_t)(h + j) * len, len);
+        for (int i = 0; i < hd; i += 64) values_4x64(len, att + (size_t)h * len, i, inv, v, out + (size_t)h * hd, hd);
+    }
+    for (; h + 2 <= g; h += 2) {
+        const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
+        for (int i = 0; i < hd; i += 32)
+            values_2x32(len, att + (size_t)h * len, att + (size_t)(h + 1) * len, v, i, inv0, inv1, out + (size_t)h * hd, out + (size_t)(h + 1) * hd);
+    }
+    if (h < g) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+}
 #ifndef PF512 /* prefetch distance of the 512-bit kernels: as PREFETCH_AHEAD */
 #define PF512 4096
 #endif
@@ -698,7 +746,7 @@ static const plumb_kernels avx512_vnni = {
     .name = "avx512-vnni",
     .dot_f32 = dot_f32,
     .attend = attend,
-    .attend_group = attend_group,
+    .attend_group = attend_group_512,
     .dot = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
