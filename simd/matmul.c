@@ -630,11 +630,11 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* A sense-counting spin barrier: ~0.2 us for two threads where libgomp's
- * takes 1.4. The last to arrive resets the count before it opens the next
- * generation, and the others cannot leave before that. After ~1 ms of
- * spinning a waiter yields its core: a team larger than the cores it has
- * (or a thread its host took away) must not be spun against. */
+/* A counting spin barrier (libgomp's measured 1.4 us for two threads on
+ * the development machine). The last to arrive resets the count before it
+ * opens the next generation, and the others cannot leave before that.
+ * After 16k spins a waiter yields its core: a team larger than the cores
+ * it has (or a thread its host took away) must not be spun against. */
 void plumb_team_barrier(plumb_team *tm) {
     if (tm->nt == 1) return;
     const unsigned gen = __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE);
