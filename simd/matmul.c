@@ -390,6 +390,12 @@ static void quantize_act(const plumb_kernels *k, uint32_t type, const float *x, 
     quant_blocks(0, q.all.n, &q);
 }
 
+/* whether W runs one token on the 8-row integer kernels: a repacked copy,
+ * a kernel for its type in a SIMD table, and quantized activations */
+static int on_dot8(const plumb_kernels *k, const plumb_matrix *W) {
+    return W->packed && k != plumb_kernels_scalar() && k->dot8[W->type] && plumb_type_get(W->type)->act != PLUMB_ACT_F32;
+}
+
 /* Rows are split into contiguous ranges, one per thread; for each row the
  * weights are read once and applied to every token of the batch, so a
  * prefill batch costs one pass over the weights. */
@@ -401,7 +407,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
     const int quantized_act = !exact && tt->act != PLUMB_ACT_F32;
     size_t act_row = 0;
 
-    const int dot8_path = quantized_act && W->packed && k->dot8[W->type] && k != plumb_kernels_scalar();
+    const int dot8_path = !exact && on_dot8(k, W);
     if (quantized_act) act_row = plumb_matmul_act_bytes(W->type, cols, 1);
     if (quantized_act && !(dot8_path && n_tok == 1)) { /* (one token on the 8-row kernels: quantized inside their parallel region) */
 #pragma omp parallel for schedule(static) if (n_tok > 1)
@@ -542,10 +548,8 @@ void plumb_matrix_release_source(const plumb_matrix *W) {
 
 void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_tok, float *const *y, void *act_buf, int exact) {
     const plumb_kernels *k = plumb_kernels_active();
-    int fused = n_tok == 1 && !exact && nw <= 4 && k != plumb_kernels_scalar();
-    for (int i = 0; fused && i < nw; i++)
-        fused = W[i]->packed && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols && k->dot8[W[i]->type] &&
-                plumb_type_get(W[i]->type)->act != PLUMB_ACT_F32;
+    int fused = n_tok == 1 && !exact && nw <= 4;
+    for (int i = 0; fused && i < nw; i++) fused = on_dot8(k, W[i]) && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols;
     if (!fused) {
         for (int i = 0; i < nw; i++) plumb_matmul(W[i], x, n_tok, y[i], act_buf, exact);
         return;
@@ -581,8 +585,8 @@ static void swiglu_items(int64_t first, int64_t count, void *ctx) {
 void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const float *x, int n_tok, float *out, float *scratch, void *act_buf,
                          int exact) {
     const plumb_kernels *k = plumb_kernels_active();
-    const int fused = n_tok == 1 && !exact && k != plumb_kernels_scalar() && gate->packed && up->packed && gate->type == up->type &&
-                      gate->rows == up->rows && gate->cols == up->cols && k->dot8[gate->type] && plumb_type_get(gate->type)->act != PLUMB_ACT_F32;
+    const int fused = n_tok == 1 && !exact && on_dot8(k, gate) && on_dot8(k, up) && gate->type == up->type && gate->rows == up->rows &&
+                      gate->cols == up->cols;
     const int64_t ff = gate->rows;
     if (!fused) {
         const plumb_matrix *gu[2] = {gate, up};
@@ -661,10 +665,7 @@ static void team_items(plumb_team *tm, int me, int64_t n, void (*body)(int64_t f
     plumb_team_barrier(tm);
 }
 
-int plumb_team_can_run(const plumb_matrix *W) {
-    const plumb_kernels *k = plumb_kernels_active();
-    return W->packed && k != plumb_kernels_scalar() && k->dot8[W->type] && plumb_type_get(W->type)->act != PLUMB_ACT_F32;
-}
+int plumb_team_can_run(const plumb_matrix *W) { return on_dot8(plumb_kernels_active(), W); }
 
 int64_t plumb_act_block(uint32_t weight_type) { return plumb_type_get(weight_type)->act == PLUMB_ACT_Q8K ? QK_K : 32; }
 
