@@ -44,8 +44,9 @@ TARGET static inline __m256 hsum8_ps(__m256 s0, __m256 s1, __m256 s2, __m256 s3,
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-/* e^x for eight floats, within 2 ulp of expf over the range that matters
- * here (x in [-87.3, 88.7]; below, 0; above, +inf): x = n ln2 + r with
+/* e^x for eight floats, within 4e-7 (relative) of expf as the kernel case
+ * checks it, over the range that matters (x in [-87.3, 88.7]; below, 0;
+ * above, +inf): x = n ln2 + r with
  * |r| <= ln2/2 (ln2 in two parts, so r is exact enough), e^r by its degree-6
  * Taylor polynomial (Horner, FMA), times 2^n through the exponent bits. */
 TARGET static inline __m256 exp8_ps(__m256 x) {
@@ -156,7 +157,7 @@ TARGET static void attend(int hd, int len, const float *q, const float *const *k
     }
 }
 
-/* Values for two heads of a group, columns [i, i + 32): twelve registers
+/* Values for two heads of a group, columns [i, i + 32): eight registers
  * of sums, each summed over the positions in the order attend sums them. */
 TARGET static inline void values_2x32(int len, const float *a0, const float *a1, const float *const *v, int i, float inv0, float inv1, float *out0,
                                       float *out1) {
@@ -195,6 +196,18 @@ TARGET static inline void group_scores(int hd, int len, int g, const float *q, c
         for (int h = 0; h < g; h++) att[(size_t)h * len + p] = dot_f32(hd, q + (size_t)h * hd, k[p]) * scale;
 }
 
+/* softmax and values of heads [h, g) of a group whose scores att holds:
+ * pairs of heads through values_2x32, an odd last head through attend */
+TARGET static inline void group_values_from(int hd, int len, int g, int h, const float *q, const float *const *k, const float *const *v, float scale,
+                                            float *att, float *out) {
+    for (; h + 2 <= g; h += 2) {
+        const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
+        for (int i = 0; i < hd; i += 32)
+            values_2x32(len, att + (size_t)h * len, att + (size_t)(h + 1) * len, v, i, inv0, inv1, out + (size_t)h * hd, out + (size_t)(h + 1) * hd);
+    }
+    if (h < g) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+}
+
 TARGET static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
                                 float *out) {
     if (hd % 64) { /* (attend sums the columns past a multiple of 64 one at a time) */
@@ -202,13 +215,7 @@ TARGET static void attend_group(int hd, int len, int g, const float *q, const fl
         return;
     }
     group_scores(hd, len, g, q, k, v, scale, att);
-    int h = 0;
-    for (; h + 2 <= g; h += 2) {
-        const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
-        for (int i = 0; i < hd; i += 32)
-            values_2x32(len, att + (size_t)h * len, att + (size_t)(h + 1) * len, v, i, inv0, inv1, out + (size_t)h * hd, out + (size_t)(h + 1) * hd);
-    }
-    if (h < g) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+    group_values_from(hd, len, g, 0, q, k, v, scale, att, out);
 }
 
 TARGET static float dot_f16_w(int n, const void *wv, const void *xv) {
@@ -365,12 +372,7 @@ T512 static void attend_group_512(int hd, int len, int g, const float *q, const 
         for (int j = 0; j < 4; j++) inv[j] = softmax_exp(att + (size_t)(h + j) * len, len);
         for (int i = 0; i < hd; i += 64) values_4x64(len, att + (size_t)h * len, i, inv, v, out + (size_t)h * hd, hd);
     }
-    for (; h + 2 <= g; h += 2) {
-        const float inv0 = softmax_exp(att + (size_t)h * len, len), inv1 = softmax_exp(att + (size_t)(h + 1) * len, len);
-        for (int i = 0; i < hd; i += 32)
-            values_2x32(len, att + (size_t)h * len, att + (size_t)(h + 1) * len, v, i, inv0, inv1, out + (size_t)h * hd, out + (size_t)(h + 1) * hd);
-    }
-    if (h < g) attend(hd, len, q + (size_t)h * hd, k, v, scale, att + (size_t)h * len, out + (size_t)h * hd);
+    group_values_from(hd, len, g, h, q, k, v, scale, att, out);
 }
 #ifndef PF512 /* prefetch distance of the 512-bit kernels: as PREFETCH_AHEAD */
 #define PF512 4096
