@@ -78,6 +78,9 @@ extern "C" {
     } while (0)
 
 #define AMAPS 8 // activation tensor maps a handle keeps
+#define WG_ROWS_256 0
+#define WG_ROWS_AUTO 1
+#define WG_ROWS_TUNE 2
 
 // A weight matrix on the device: quantized (qs + scales) or F16.
 struct dmat {
@@ -166,7 +169,10 @@ struct handle {
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
     long wg_small_elems;                       // ... for matrices of at least this many weights (PLUMB_CUDA_WG_SMALL=N sets N and 0)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
-    int wg_rows_auto;                          // above 32 tokens, a tile's rows per matrix by wg_rows_64 (PLUMB_CUDA_WG_ROWS=auto; default 256)
+    int wg_rows;                               // above 32 tokens, a tile's rows per matrix (PLUMB_CUDA_WG_ROWS): WG_ROWS_256 (the default),
+                                               // WG_ROWS_AUTO (wg_rows_64's estimate) or WG_ROWS_TUNE (33-64 tokens: timed at load, tune_wg_tiles)
+    struct wg_tuned_shape { uint32_t type; int rows, cols, tile; } wg_tuned[8]; // WG_ROWS_TUNE's picks by matrix shape
+    int n_wg_tuned;
     int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
     int gemm_splits;                           // PLUMB_CUDA_GEMM_SPLITS: k splits of every reg GEMM (0: chosen per product)
     int gemm_tile;                             // its block shape WMxWNxMTxNBxKS as digits (PLUMB_CUDA_GEMM_TILE); 0: by batch size
@@ -1493,7 +1499,7 @@ __global__ void __launch_bounds__(128 * WG, 1) k_gemm_wg(const uint8_t *__restri
 // barrier. Stage reuse is as in k_gemm_wg: slice c's
 // copies go into the stage of slice c - 2, whose MMAs every warp has waited
 // for before the barrier at the top of slice c - 1... c.
-template <int TYPE, int WG, int BN, int NB>
+template <int TYPE, int WG, int BN, int NB, int MB>
 struct gemm_wt_smem {
     static constexpr int BM = 64 * WG, THREADS = 128 * WG, KC = NB * QK;
     static constexpr int QB = TYPE == TYPE_Q4_0 ? 16 : 32;
@@ -1501,7 +1507,11 @@ struct gemm_wt_smem {
     static constexpr int STAGE_W = BM * WROW, A_AT = (STAGE_W + 1023) / 1024 * 1024, STAGE_A = BN * KC * 2;
     static constexpr int SC_AT = A_AT + STAGE_A;                              // the rows' NB scales (8 bytes a row)
     static constexpr int STAGE = (SC_AT + BM * 2 * NB + 1023) / 1024 * 1024; // (stages 1024-aligned: the activations' swizzle)
-    static constexpr int STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
+    // up to 6 stages in 200 KiB, or for MB blocks a multiprocessor in their share of its 227 KiB (less each block's
+    // 1 KiB reserve, the barriers and the alignment room); at least 3 (a shape whose 3 stages overflow the share
+    // gets fewer blocks than MB)
+    static constexpr int BUDGET = MB == 1 ? 200 * 1024 : 227 * 1024 / MB - 2112, FIT = BUDGET / STAGE;
+    static constexpr int STAGES = FIT < 3 ? 3 : FIT < 6 ? FIT : 6;
     static constexpr int BARS = STAGES * STAGE;            // the stages' mbarriers, after the stages
     static constexpr int BYTES = BARS + 8 * STAGES + 1024; // + room to align the base to 1024
     static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's TMA copies deliver (the scales' cp.async arrive apart)
@@ -1542,9 +1552,9 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
 // and thread r < BM's copy of row r's scales; of token tile t0: the leader's
 // boxes of activations. multiply() waits for the stage and adds its slice
 // into a warp's sums.
-template <int TYPE, int WG, int BN, int NB>
+template <int TYPE, int WG, int BN, int NB, int MB>
 struct wt_pipe {
-    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     unsigned char *smem;
     uint64_t *bars;
     const CUtensorMap *wmap, *amap;
@@ -1618,23 +1628,23 @@ struct wt_pipe {
     }
 };
 
-template <int TYPE, int WG, int BN, int NB>
-__device__ __forceinline__ wt_pipe<TYPE, WG, BN, NB> wt_pipe_at(unsigned char *smem_raw, const CUtensorMap *wmap, const CUtensorMap *amap,
+template <int TYPE, int WG, int BN, int NB, int MB>
+__device__ __forceinline__ wt_pipe<TYPE, WG, BN, NB, MB> wt_pipe_at(unsigned char *smem_raw, const CUtensorMap *wmap, const CUtensorMap *amap,
                                                                 const __half *wd, int dstride, int rows) {
-    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    return wt_pipe<TYPE, WG, BN, NB>{smem, (uint64_t *)(smem + L::BARS), wmap, amap, wd, dstride, rows};
+    return wt_pipe<TYPE, WG, BN, NB, MB>{smem, (uint64_t *)(smem + L::BARS), wmap, amap, wd, dstride, rows};
 }
 
-template <int TYPE, int WG, int BN, int NB, int FR>
-__global__ void __launch_bounds__(128 * WG, 1) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+template <int TYPE, int WG, int BN, int NB, int FR, int MB>
+__global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
                                                         int accumulate, int chunks_per_split, float *partial) {
 #ifdef HAVE_WGMMA
-    typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
+    typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    const wt_pipe<TYPE, WG, BN, NB> pipe = wt_pipe_at<TYPE, WG, BN, NB>(smem_raw, &wmap, &amap, wd, dstride, rows);
+    const wt_pipe<TYPE, WG, BN, NB, MB> pipe = wt_pipe_at<TYPE, WG, BN, NB, MB>(smem_raw, &wmap, &amap, wd, dstride, rows);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
@@ -1670,11 +1680,13 @@ __global__ void k_wgmma_probe(int *out) {
 #define GR_NAMES "4x2x2x4x1, 4x2x2x4x2, 4x2x2x4x4, 4x2x4x4x2, 4x2x4x4x4, 4x2x8x4x1, 4x2x8x4x2, 4x2x8x4x4, 4x2x8x8x2, 4x2x8x8x4, 2x2x8x4x4"
 #define GR_CODE(WM, MT, NT, NB, KS) (WM * 10000 + MT * 1000 + NT * 100 + NB * 10 + KS)
 
-// the wgmma GEMM's block shapes: warpgroups (64 rows each), tokens, blocks of k per slice
-// and blocks' fragments in flight
-#define WGM_CONFIGS(X) X(2, 8, 4, 4) X(4, 8, 4, 4) X(2, 32, 4, 4) X(2, 64, 4, 2) X(2, 64, 4, 4) X(2, 64, 8, 4) X(3, 64, 4, 4) X(4, 64, 4, 2) X(4, 64, 4, 4) X(2, 128, 4, 4) X(4, 128, 4, 2)
-#define WGM_NAMES "2x8x4x4, 4x8x4x4, 2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2"
-#define WGM_CODE(WG, BN, NB, FR) (WG * 100000 + BN * 100 + NB * 10 + FR)
+// the wgmma GEMM's block shapes: warpgroups (64 rows each), tokens, blocks of k per slice,
+// blocks' fragments in flight and blocks a multiprocessor (the TMA kernel: its stages sized to fit them)
+#define WGM_CONFIGS(X)                                                                                                                       \
+    X(2, 8, 4, 4, 1) X(4, 8, 4, 4, 1) X(2, 32, 4, 4, 1) X(2, 64, 4, 2, 1) X(2, 64, 4, 4, 1) X(2, 64, 8, 4, 1) X(3, 64, 4, 4, 1) X(4, 64, 4, 2, 1) \
+        X(4, 64, 4, 4, 1) X(2, 128, 4, 4, 1) X(4, 128, 4, 2, 1) X(2, 64, 4, 4, 2) X(3, 64, 4, 4, 2)
+#define WGM_NAMES "2x8x4x4, 4x8x4x4, 2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2, 2x64x4x4x2, 3x64x4x4x2"
+#define WGM_CODE(WG, BN, NB, FR, MB) (MB * 1000000 + WG * 100000 + BN * 100 + NB * 10 + FR)
 
 // cos/sin of rotary angle j at position p, in double like the host
 __device__ __forceinline__ void rope_angle(int p, int j, int half_rot, float base, float *cs, float *sn) {
@@ -3061,6 +3073,50 @@ fail:
     return rc;
 }
 
+// PLUMB_CUDA_WG_ROWS=tune: for steps of 33 to 64 tokens (one token tile of
+// the wgmma GEMM), each matrix shape's block shape is the fastest of
+// tune_tiles, timed at load on this device (time_products over the model's
+// layers, 64 tokens). The rows a tile decide how the tiles fill the
+// multiprocessors' waves (wg_rows_64 estimates that); two blocks a
+// multiprocessor, on fewer stages each, can hide each other's waits.
+static int tune_wg_tiles(handle *h, char *err, size_t err_len) {
+    static const int tune_tiles[] = {WGM_CODE(4, 64, 4, 4, 1), WGM_CODE(3, 64, 4, 4, 1), WGM_CODE(2, 64, 4, 4, 1), WGM_CODE(3, 64, 4, 4, 2),
+                                     WGM_CODE(2, 64, 4, 4, 2)};
+    const plumb_backend_model_desc *d = &h->desc;
+    const int n = d->max_batch < 64 ? d->max_batch : 64, saved_kprof = h->kprof;
+    int rc = bench_acts(h, err, err_len);
+    h->kprof = 0;
+    h->n_wg_tuned = 0;
+    for (int kind = 0; kind < 5 && !rc; kind++) {
+        float *y;
+        if (kind == 4 && !d->has_head) continue;
+        const dmat *W0 = bench_mat(h, kind, 0, &y);
+        if (!quant_mat(W0) || !W0->wmap || h->n_wg_tuned == (int)(sizeof h->wg_tuned / sizeof h->wg_tuned[0])) continue;
+        int best = 0;
+        double best_us = -1, us[sizeof tune_tiles / sizeof tune_tiles[0]];
+        for (size_t v = 0; v < sizeof tune_tiles / sizeof tune_tiles[0] && !rc; v++) {
+            h->wg_tile = tune_tiles[v];
+            if (!(rc = time_products(h, kind, n, &us[v], err, err_len)) && (best_us < 0 || us[v] < best_us)) best_us = us[v], best = tune_tiles[v];
+        }
+        h->wg_tile = 0;
+        if (rc) break;
+        h->wg_tuned[h->n_wg_tuned++] = {W0->type, W0->rows, W0->cols, best};
+        if (getenv("PLUMB_CUDA_WG_ROWS")) { /* the experiment's record */
+            fprintf(stderr, "plumb-cuda: tuned %-7s %6dx%-6d %d tokens:", bench_kinds[kind], W0->rows, W0->cols, n);
+            for (size_t v = 0; v < sizeof tune_tiles / sizeof tune_tiles[0]; v++)
+                fprintf(stderr, " %dx64%s %.2f%s", tune_tiles[v] / 100000 % 10, tune_tiles[v] / 1000000 > 1 ? "x2" : "", us[v],
+                        tune_tiles[v] == best ? "*" : "");
+            fprintf(stderr, " us\n");
+        }
+    }
+    h->wg_tile = 0;
+    h->kprof = saved_kprof;
+    if (!rc) CHECK(cudaMemset(h->ah, 0, (size_t)d->max_batch * (d->n_ff > d->n_embd ? d->n_ff : d->n_embd) * 2), "clearing activations");
+    return rc;
+fail:
+    return -1;
+}
+
 static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
     const plumb_backend_model_desc *d = &h->desc;
     const int saved_kprof = h->kprof, saved_kind = h->gemm_kind, saved_tile = h->gemm_r_tile, saved_wg = h->wg_tile;
@@ -3070,7 +3126,7 @@ static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
 #undef GR_LIST
     };
     static const int wg_tiles[] = {
-#define WGM_LIST(WG, BN, NB, FR) WGM_CODE(WG, BN, NB, FR),
+#define WGM_LIST(WG, BN, NB, FR, MB) WGM_CODE(WG, BN, NB, FR, MB),
         WGM_CONFIGS(WGM_LIST)
 #undef WGM_LIST
     };
@@ -3096,7 +3152,7 @@ static int gemm_bench(handle *h, const char *list, char *err, size_t err_len) {
                 h->gemm_kind = v < 0 ? GEMM_I8 : v < nr ? GEMM_REG : GEMM_WG;
                 if (v >= nr) {
                     const int t = h->wg_tile = wg_tiles[v - nr];
-                    snprintf(name, sizeof name, "wg %dx%dx%dx%d", t / 100000, t / 100 % 1000, t / 10 % 10, t % 10);
+                    snprintf(name, sizeof name, "wg %dx%dx%dx%d%s", t / 100000 % 10, t / 100 % 1000, t / 10 % 10, t % 10, t / 1000000 > 1 ? "x2" : "");
                     h->gemm_r_tile = saved_tile;
                     if ((rc = gemm_compare(h, W0, y, n, &rel, err, err_len))) break;
                     h->gemm_kind = GEMM_WG;
@@ -3228,16 +3284,18 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         const char *wrows = getenv("PLUMB_CUDA_WG_ROWS");
-        if (wrows && strcmp(wrows, "auto") && strcmp(wrows, "256")) {
-            snprintf(err, err_len, "PLUMB_CUDA_WG_ROWS wants auto (a tile's rows per matrix above 32 tokens) or 256 (the default)");
+        if (wrows && strcmp(wrows, "auto") && strcmp(wrows, "256") && strcmp(wrows, "tune")) {
+            snprintf(err, err_len, "PLUMB_CUDA_WG_ROWS wants auto (a tile's rows per matrix above 32 tokens, estimated), tune (timed at load for "
+                                   "33-64 tokens) or 256 (the default)");
             goto fail;
         }
-        h->wg_rows_auto = wrows && !strcmp(wrows, "auto");
+        h->wg_rows = !wrows || !strcmp(wrows, "256") ? WG_ROWS_256 : !strcmp(wrows, "auto") ? WG_ROWS_AUTO : WG_ROWS_TUNE;
         if (wt) {
-            int wg, bn, nbk, fr;
-            if (sscanf(wt, "%dx%dx%dx%d", &wg, &bn, &nbk, &fr) != 4 || wg < 1 || wg > 9 || bn < 8 || bn > 256 || nbk < 1 || nbk > 9 || fr < 1 ||
-                fr > 9 || !gemm_wg_tile_known(h->wg_tile = WGM_CODE(wg, bn, nbk, fr))) {
-                snprintf(err, err_len, "PLUMB_CUDA_WG_TILE wants WGxBNxNBxFR, one of the built shapes (%s)", WGM_NAMES);
+            int wg, bn, nbk, fr, mb = 1;
+            const int got = sscanf(wt, "%dx%dx%dx%dx%d", &wg, &bn, &nbk, &fr, &mb);
+            if ((got != 4 && got != 5) || wg < 1 || wg > 9 || bn < 8 || bn > 256 || nbk < 1 || nbk > 9 || fr < 1 || fr > 9 || mb < 1 || mb > 9 ||
+                !gemm_wg_tile_known(h->wg_tile = WGM_CODE(wg, bn, nbk, fr, mb))) {
+                snprintf(err, err_len, "PLUMB_CUDA_WG_TILE wants WGxBNxNBxFR[xMB], one of the built shapes (%s)", WGM_NAMES);
                 goto fail;
             }
         }
@@ -3399,6 +3457,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     if (fused_setup(h, err, err_len)) goto fail;
     if (chain_setup(h, err, err_len)) goto fail;
     CHECK(cudaDeviceSynchronize(), "uploading the weights");
+    if (h->wg_rows == WG_ROWS_TUNE && !h->wg_tile && !h->skip && h->gemm_kind == GEMM_WG && h->wgmma && h->wg_tma && d->max_batch > MATVEC_MAX_N &&
+        tune_wg_tiles(h, err, err_len))
+        goto fail;
     if (getenv("PLUMB_CUDA_MVBENCH") && strcmp(getenv("PLUMB_CUDA_MVBENCH"), "0") && mv_bench(h, err, err_len)) goto fail;
     if (getenv("PLUMB_CUDA_GEMMBENCH") && gemm_bench(h, getenv("PLUMB_CUDA_GEMMBENCH"), err, err_len)) goto fail;
     h->peak = h->bytes;
@@ -3538,20 +3599,20 @@ static cudaError_t gemm_wg_allow_smem_one() {
     return e;
 }
 
-template <int TYPE, int WG, int BN, int NB, int FR>
+template <int TYPE, int WG, int BN, int NB, int FR, int MB>
 static cudaError_t gemm_wt_allow_smem_one() {
     if constexpr (NB != 4) return cudaSuccess; /* TMA boxes: one map per matrix, slices of 4 blocks */
     else {
-        typedef gemm_wt_smem<TYPE, WG, BN, NB> L;
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+        typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         return e;
     }
 }
 
 static int gemm_wg_tile_known(int tile) {
-#define WGM_KNOWN(WG, BN, NB, FR) if (tile == WGM_CODE(WG, BN, NB, FR)) return 1;
+#define WGM_KNOWN(WG, BN, NB, FR, MB) if (tile == WGM_CODE(WG, BN, NB, FR, MB)) return 1;
     WGM_CONFIGS(WGM_KNOWN)
 #undef WGM_KNOWN
     return 0;
@@ -3561,9 +3622,9 @@ static int gemm_wg_tile_known(int tile) {
 static cudaError_t gemm_allow_smem() {
 #define GI_ALLOW(WM, WN, MT, NB, KS, MB) gemm_i8_allow_smem_one<TYPE_Q4_0, WM, WN, MT, NB, KS, MB>(), gemm_i8_allow_smem_one<TYPE_Q8_0, WM, WN, MT, NB, KS, MB>(),
 #define GR_ALLOW(WM, MT, NT, NB, KS) gemm_r_allow_smem_one<TYPE_Q4_0, WM, MT, NT, NB, KS>(), gemm_r_allow_smem_one<TYPE_Q8_0, WM, MT, NT, NB, KS>(),
-#define WGM_ALLOW(WG, BN, NB, FR)                                                                                          \
+#define WGM_ALLOW(WG, BN, NB, FR, MB)                                                                                      \
     gemm_wg_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wg_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),                  \
-        gemm_wt_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR>(), gemm_wt_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR>(),
+        gemm_wt_allow_smem_one<TYPE_Q4_0, WG, BN, NB, FR, MB>(), gemm_wt_allow_smem_one<TYPE_Q8_0, WG, BN, NB, FR, MB>(),
     const cudaError_t e[] = {GI_CONFIGS(GI_ALLOW) GR_CONFIGS(GR_ALLOW) WGM_CONFIGS(WGM_ALLOW)
 #undef GI_ALLOW
 #undef GR_ALLOW
@@ -3677,24 +3738,25 @@ static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, i
     return (chunks + *cps - 1) / *cps;
 }
 
-template <int TYPE, int WG, int BN, int NB, int FR>
+template <int TYPE, int WG, int BN, int NB, int FR, int MB>
 static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
     const int row_blocks = (int)grid((size_t)W->rows, L::BM), tok_blocks = (int)grid((size_t)n, BN);
     /* occupancy as the cp.async kernel's, also for the TMA kernel's launches (whose bigger stages hold fewer blocks):
      * the TMA kernel's own occupancy gave the 2x8 tiles fewer splits, and 7B batch 8 measured 2253 instead of 2769
-     * tok/s (H200, bench/results/gpu/v16-streamk-rejected.md) */
+     * tok/s (H200, bench/results/gpu/v16-streamk-rejected.md); the TMA shapes built for MB blocks a multiprocessor
+     * count MB */
+    const CUtensorMap *am = NB == 4 && h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
     const int occ_smem = 227 * 1024 / (L::BYTES + 1024), occ_threads = 2048 / L::THREADS;
-    const int occ = occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
+    const int occ = am && MB > 1 ? MB : occ_smem < occ_threads ? (occ_smem > 0 ? occ_smem : 1) : occ_threads;
     /* a slice-time: its MMAs at ~5 TFLOP/s a multiprocessor (about 2/3 of the tensor cores' peak) */
     const double slice_us = 2.0 * L::BM * BN * L::KC / 5e6;
     int cps;
     const int splits = split_k_wg(h, row_blocks * tok_blocks, occ, (W->cols / QK + NB - 1) / NB, n, W->rows, slice_us, &cps);
     if constexpr (NB == 4) {
-        const CUtensorMap *am = h->wg_tma && W->wmap ? act_map(h, W->cols, BN) : NULL;
         if (am) {
-            typedef gemm_wt_smem<TYPE, WG, BN, NB> T;
-            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
+            typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> T;
+            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
                    W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
@@ -3744,11 +3806,21 @@ static int wg_rows_64(const handle *h, const dmat *W, int n) {
  * in the stage: 7B batch 64 11157 vs 11308 tok/s, so still 4. Above 32
  * tokens, PLUMB_CUDA_WG_ROWS=auto chooses the rows per matrix (wg_rows_64;
  * faster per matrix, not yet timed end to end, so not the default). */
+static int wg_tile_for(const handle *h, const dmat *W, int n) {
+    if (h->wg_tile) return h->wg_tile;
+    if (n <= 8) return WGM_CODE(2, 8, 4, 4, 1);
+    if (n <= 32) return WGM_CODE(2, 32, 4, 4, 1);
+    if (h->wg_rows == WG_ROWS_TUNE && n <= 64)
+        for (int i = 0; i < h->n_wg_tuned; i++)
+            if (h->wg_tuned[i].type == W->type && h->wg_tuned[i].rows == W->rows && h->wg_tuned[i].cols == W->cols) return h->wg_tuned[i].tile;
+    return WGM_CODE(h->wg_rows != WG_ROWS_256 ? wg_rows_64(h, W, n) : 4, 64, 4, 4, 1);
+}
+
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
-    const int tile = h->wg_tile ? h->wg_tile : n <= 8 ? WGM_CODE(2, 8, 4, 4) : n <= 32 ? WGM_CODE(2, 32, 4, 4) : WGM_CODE(h->wg_rows_auto ? wg_rows_64(h, W, n) : 4, 64, 4, 4);
-#define WGM_LAUNCH(WG, BN, NB, FR) \
-    if (tile == WGM_CODE(WG, BN, NB, FR)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR>(h, W, n, y, ldy, accumulate);
+    const int tile = wg_tile_for(h, W, n);
+#define WGM_LAUNCH(WG, BN, NB, FR, MB) \
+    if (tile == WGM_CODE(WG, BN, NB, FR, MB)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR, MB>(h, W, n, y, ldy, accumulate);
     WGM_CONFIGS(WGM_LAUNCH)
 #undef WGM_LAUNCH
 }
