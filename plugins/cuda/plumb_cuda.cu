@@ -164,6 +164,7 @@ struct handle {
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
+    int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 4)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1932,7 +1933,12 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 // 2m, 16g + 2m + 1: byte permutes pair two positions' values of a dim) by the
 // probabilities (B, every column). Query and probabilities in F16 (the query
 // scaled by 1/sqrt(hd) first), sums and the online softmax in F32.
-__global__ void __launch_bounds__(128) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
+// MINB: blocks a multiprocessor the registers must allow. Left to itself
+// the compiler takes 137 registers a thread: 3 blocks, 396 of a 7B batch-64
+// step's 512 blocks in the first wave on the H200's 132 multiprocessors;
+// 4 blocks (128 registers, 4 bytes spilled) take all 512 at once.
+template <int MINB>
+__global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
                                                        const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers,
                                                        int kv_block, float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
@@ -3257,6 +3263,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->att_mma = !(am && !strcmp(am, "simt")); /* (and compute capability 8 or more: below) */
+        const char *amb = getenv("PLUMB_CUDA_ATT_MINB");
+        if (amb && strcmp(amb, "3") && strcmp(amb, "4")) {
+            snprintf(err, err_len, "PLUMB_CUDA_ATT_MINB wants 3 or 4 (blocks a multiprocessor the tensor-core attention's registers allow)");
+            goto fail;
+        }
+        h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
         const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
         if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
@@ -3938,8 +3950,8 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     /* tensor cores: heads with their own keys/values, head_dim 128, warps enough to cover the GPU 8 times over */
     if (h->att_mma && group == 1 && hd == 128 && (long)n * d->n_head >= 8L * h->num_sms) {
         const int pairs = n * d->n_head;
-        launch(h, k_attention_mma, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, pairs, h->k_pool,
-               h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
+        launch(h, h->att_minb == 3 ? k_attention_mma<3> : k_attention_mma<4>, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table,
+               max_blocks, d->n_head, pairs, h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
         return;
     }
     /* query heads per block: up to 8 share each K/V load, but a decode step of a
