@@ -57,6 +57,73 @@ static void attend(int hd, int len, const float *q, const float *const *k, const
     }
 }
 
+/* Values of NH (1, 2 or 4) heads of a group, columns [i, i + 16): four
+ * registers a head, each column summed over the positions in attend's order
+ * (one fused multiply-add a position), so the results are attend's bit for bit. */
+#define NEON_VALUES16(NH)                                                                                                      \
+    static inline void values_##NH##x16(int len, int hd, const float *att, const float *const *v, int i, const float *inv,  \
+                                        float *out) {                                                                          \
+        float32x4_t o[NH][4];                                                                                                  \
+        for (int h = 0; h < NH; h++) o[h][0] = o[h][1] = o[h][2] = o[h][3] = vdupq_n_f32(0);                                   \
+        for (int p = 0; p < len; p++) {                                                                                        \
+            const float *vp = v[p] + i;                                                                                        \
+            const float32x4_t v0 = vld1q_f32(vp), v1 = vld1q_f32(vp + 4), v2 = vld1q_f32(vp + 8), v3 = vld1q_f32(vp + 12);     \
+            for (int h = 0; h < NH; h++) {                                                                                     \
+                const float a = att[(size_t)h * len + p];                                                                      \
+                o[h][0] = vfmaq_n_f32(o[h][0], v0, a), o[h][1] = vfmaq_n_f32(o[h][1], v1, a);                                  \
+                o[h][2] = vfmaq_n_f32(o[h][2], v2, a), o[h][3] = vfmaq_n_f32(o[h][3], v3, a);                                  \
+            }                                                                                                                  \
+        }                                                                                                                      \
+        for (int h = 0; h < NH; h++) {                                                                                         \
+            float *oh = out + (size_t)h * hd + i;                                                                              \
+            vst1q_f32(oh, vmulq_n_f32(o[h][0], inv[h])), vst1q_f32(oh + 4, vmulq_n_f32(o[h][1], inv[h]));                      \
+            vst1q_f32(oh + 8, vmulq_n_f32(o[h][2], inv[h])), vst1q_f32(oh + 12, vmulq_n_f32(o[h][3], inv[h]));                 \
+        }                                                                                                                      \
+    }
+NEON_VALUES16(1)
+NEON_VALUES16(2)
+NEON_VALUES16(4)
+#undef NEON_VALUES16
+
+/* Query heads q[0..g) of one KV group against its cache at once (the AVX2
+ * twin: avx2.c): each key row is read once for all g heads, each value row
+ * once for four heads, instead of once a head; every float is computed as
+ * attend computes it, so the results are attend's bit for bit. att: g x len,
+ * out: g x hd. */
+#define GROUP_AHEAD 16 /* positions: the rows lie a KV row apart, which no hardware prefetcher follows */
+static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
+                         float *out) {
+    for (int p = 0; p < len; p++) {
+        if (p + GROUP_AHEAD < len)
+            for (int i = 0; i < hd; i += 16) __builtin_prefetch(k[p + GROUP_AHEAD] + i, 0, 3), __builtin_prefetch(v[p + GROUP_AHEAD] + i, 0, 2);
+        for (int h = 0; h < g; h++) att[(size_t)h * len + p] = dot_f32(hd, q + (size_t)h * hd, k[p]) * scale;
+    }
+    float inv[4];
+    for (int h0 = 0; h0 < g;) {
+        const int nh = g - h0 >= 4 ? 4 : g - h0 >= 2 ? 2 : 1;
+        for (int h = 0; h < nh; h++) { /* attend's softmax: the maximum, then e^(s - max) summed in order */
+            float *a = att + (size_t)(h0 + h) * len, max = -INFINITY, sum = 0;
+            for (int p = 0; p < len; p++) max = a[p] > max ? a[p] : max;
+            for (int p = 0; p < len; p++) sum += a[p] = expf(a[p] - max);
+            inv[h] = 1.0f / sum;
+        }
+        const float *a = att + (size_t)h0 * len;
+        float *o = out + (size_t)h0 * hd;
+        int i0 = 0;
+        for (; i0 + 16 <= hd; i0 += 16)
+            if (nh == 4) values_4x16(len, hd, a, v, i0, inv, o);
+            else if (nh == 2) values_2x16(len, hd, a, v, i0, inv, o);
+            else values_1x16(len, hd, a, v, i0, inv, o);
+        for (int h = 0; h < nh; h++)
+            for (int i = i0; i < hd; i++) { /* head sizes that are not a multiple of 16, as attend sums them */
+                float s = 0;
+                for (int p = 0; p < len; p++) s += a[(size_t)h * len + p] * v[p][i];
+                o[(size_t)h * hd + i] = s * inv[h];
+            }
+        h0 += nh;
+    }
+}
+
 static float dot_f16_w(int n, const void *wv, const void *xv) {
     const uint16_t *w = wv;
     const float *x = xv;
@@ -115,7 +182,7 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 /* activation quantization is a small fraction of a matmul: the reference serves */
 #define NEON_TABLE(NAME, SFX)                                                                                                         \
     {                                                                                                                                 \
-        .name = NAME, .dot_f32 = dot_f32, .attend = attend,                                                                           \
+        .name = NAME, .dot_f32 = dot_f32, .attend = attend, .attend_group = attend_group,                                               \
         .dot = {                                                                                                                      \
             [PLUMB_TYPE_F32] = dot_f32_w,                                                                                             \
             [PLUMB_TYPE_F16] = dot_f16_w,                                                                                             \

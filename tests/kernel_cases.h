@@ -248,13 +248,14 @@ static void kc_check_attend(const plumb_kernels *k, kc_result *r) {
  * head at a time: the same floats, bit for bit (the forward pass groups
  * heads differently for different thread counts), over group sizes odd
  * and even up to twelve, head sizes it groups and ones it hands back to
- * attend (80, 96), and lengths with and without a tail of eight */
+ * attend (80, 96 on AVX2), one with a tail of columns past 16 (72), and
+ * lengths with and without a tail of eight */
 static void kc_check_attend_group(const plumb_kernels *k, kc_result *r) {
     if (!k->attend_group) return;
-    const int hds[] = {64, 80, 96, 128}, lens[] = {1, 7, 8, 45, 130}, gs[] = {2, 3, 4, 8, 12};
+    const int hds[] = {64, 72, 80, 96, 128}, lens[] = {1, 7, 8, 45, 130}, gs[] = {2, 3, 4, 8, 12};
     plumb_rng rng;
     plumb_rng_seed(&rng, 4);
-    for (size_t a = 0; a < 4; a++)
+    for (size_t a = 0; a < 5; a++)
         for (size_t b = 0; b < 5; b++)
             for (size_t c = 0; c < 5; c++) {
                 const int hd = hds[a], len = lens[b], g = gs[c];
