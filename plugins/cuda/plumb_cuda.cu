@@ -164,7 +164,7 @@ struct handle {
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
-    int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 4)
+    int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 3)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1937,7 +1937,8 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 // MINB: blocks a multiprocessor the registers must allow. Left to itself
 // the compiler takes 137 registers a thread: 3 blocks, 396 of a 7B batch-64
 // step's 512 blocks in the first wave on the H200's 132 multiprocessors;
-// 4 blocks (128 registers, 4 bytes spilled) take all 512 at once.
+// 4 blocks (128 registers, 4 bytes spilled) would take all 512 at once
+// (PLUMB_CUDA_ATT_MINB=4: not yet timed, so not the default).
 template <int MINB>
 __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
@@ -3268,7 +3269,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             snprintf(err, err_len, "PLUMB_CUDA_ATT_MINB wants 3 or 4 (blocks a multiprocessor the tensor-core attention's registers allow)");
             goto fail;
         }
-        h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
+        h->att_minb = amb && !strcmp(amb, "4") ? 4 : 3;
         const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
         if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
