@@ -3818,7 +3818,9 @@ static int wg_rows_64(const handle *h, const dmat *W, int n) {
  * measured faster while the scales came by plain loads, slower once they came
  * in the stage: 7B batch 64 11157 vs 11308 tok/s, so still 4. Above 32
  * tokens, PLUMB_CUDA_WG_ROWS=auto chooses the rows per matrix (wg_rows_64;
- * faster per matrix, not yet timed end to end, so not the default). */
+ * faster per matrix, not yet timed end to end, so not the default), and
+ * PLUMB_CUDA_WG_ROWS=tune times the candidates at load (tune_wg_tiles) for
+ * 33-64 tokens (wg_tile_for). */
 static int wg_tile_for(const handle *h, const dmat *W, int n) {
     if (h->wg_tile) return h->wg_tile;
     if (n <= 8) return WGM_CODE(2, 8, 4, 4, 1);
