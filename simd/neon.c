@@ -25,41 +25,17 @@ static float dot_f32(int n, const float *a, const float *b) {
 
 static float dot_f32_w(int n, const void *w, const void *x) { return dot_f32(n, w, x); }
 
-/* Attention for one query head (scalar twin: scalar.c); the weighted sum of
- * values keeps 16 output floats in four registers across all positions. */
-static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+/* att[0..len) = e^(att - max), summed in order; returns 1 / the sum */
+static inline float softmax_exp(float *att, int len) {
     float max = -INFINITY, sum = 0;
-    for (int p = 0; p < len; p++) {
-        att[p] = dot_f32(hd, q, k[p]) * scale;
-        max = att[p] > max ? att[p] : max;
-    }
+    for (int p = 0; p < len; p++) max = att[p] > max ? att[p] : max;
     for (int p = 0; p < len; p++) sum += att[p] = expf(att[p] - max);
-    const float inv = 1.0f / sum;
-    int i0 = 0;
-    for (; i0 + 16 <= hd; i0 += 16) {
-        float32x4_t o0 = vdupq_n_f32(0), o1 = o0, o2 = o0, o3 = o0;
-        for (int p = 0; p < len; p++) {
-            const float *vp = v[p] + i0;
-            o0 = vfmaq_n_f32(o0, vld1q_f32(vp), att[p]);
-            o1 = vfmaq_n_f32(o1, vld1q_f32(vp + 4), att[p]);
-            o2 = vfmaq_n_f32(o2, vld1q_f32(vp + 8), att[p]);
-            o3 = vfmaq_n_f32(o3, vld1q_f32(vp + 12), att[p]);
-        }
-        vst1q_f32(out + i0, vmulq_n_f32(o0, inv));
-        vst1q_f32(out + i0 + 4, vmulq_n_f32(o1, inv));
-        vst1q_f32(out + i0 + 8, vmulq_n_f32(o2, inv));
-        vst1q_f32(out + i0 + 12, vmulq_n_f32(o3, inv));
-    }
-    for (int i = i0; i < hd; i++) {
-        float o = 0;
-        for (int p = 0; p < len; p++) o += att[p] * v[p][i];
-        out[i] = o * inv;
-    }
+    return 1.0f / sum;
 }
 
-/* Values of NH (1, 2 or 4) heads of a group, columns [i, i + 16): four
- * registers a head, each column summed over the positions in attend's order
- * (one fused multiply-add a position), so the results are attend's bit for bit. */
+/* Values of NH (1, 2 or 4) heads, columns [i, i + 16): four registers a
+ * head, each column summed over the positions in order (one fused
+ * multiply-add a position), whatever NH is. */
 #define NEON_VALUES16(NH)                                                                                                      \
     static inline void values_##NH##x16(int len, int hd, const float *att, const float *const *v, int i, const float *inv,  \
                                         float *out) {                                                                          \
@@ -85,11 +61,35 @@ NEON_VALUES16(2)
 NEON_VALUES16(4)
 #undef NEON_VALUES16
 
+/* The weighted values of nh (1, 2 or 4) heads whose probabilities att holds
+ * (nh x len, unnormalized; inv: 1 / each head's sum): out nh x hd */
+static void values_heads(int hd, int len, int nh, const float *att, const float *const *v, const float *inv, float *out) {
+    int i0 = 0;
+    for (; i0 + 16 <= hd; i0 += 16)
+        if (nh == 4) values_4x16(len, hd, att, v, i0, inv, out);
+        else if (nh == 2) values_2x16(len, hd, att, v, i0, inv, out);
+        else values_1x16(len, hd, att, v, i0, inv, out);
+    for (int h = 0; h < nh; h++)
+        for (int i = i0; i < hd; i++) { /* head sizes that are not a multiple of 16 */
+            float s = 0;
+            for (int p = 0; p < len; p++) s += att[(size_t)h * len + p] * v[p][i];
+            out[(size_t)h * hd + i] = s * inv[h];
+        }
+}
+
+/* Attention for one query head (scalar twin: scalar.c); the weighted sum of
+ * values keeps 16 output floats in four registers across all positions. */
+static void attend(int hd, int len, const float *q, const float *const *k, const float *const *v, float scale, float *att, float *out) {
+    for (int p = 0; p < len; p++) att[p] = dot_f32(hd, q, k[p]) * scale;
+    const float inv = softmax_exp(att, len);
+    values_heads(hd, len, 1, att, v, &inv, out);
+}
+
 /* Query heads q[0..g) of one KV group against its cache at once (the AVX2
  * twin: avx2.c): each key row is read once for all g heads, each value row
  * once for four heads, instead of once a head; every float is computed as
- * attend computes it, so the results are attend's bit for bit. att: g x len,
- * out: g x hd. */
+ * attend computes it (the same scores, softmax_exp and values_heads), so the
+ * results are attend's bit for bit. att: g x len, out: g x hd. */
 #define GROUP_AHEAD 16 /* positions: the rows lie a KV row apart, which no hardware prefetcher follows */
 static void attend_group(int hd, int len, int g, const float *q, const float *const *k, const float *const *v, float scale, float *att,
                          float *out) {
@@ -98,28 +98,11 @@ static void attend_group(int hd, int len, int g, const float *q, const float *co
             for (int i = 0; i < hd; i += 16) __builtin_prefetch(k[p + GROUP_AHEAD] + i, 0, 3), __builtin_prefetch(v[p + GROUP_AHEAD] + i, 0, 2);
         for (int h = 0; h < g; h++) att[(size_t)h * len + p] = dot_f32(hd, q + (size_t)h * hd, k[p]) * scale;
     }
-    float inv[4];
     for (int h0 = 0; h0 < g;) {
         const int nh = g - h0 >= 4 ? 4 : g - h0 >= 2 ? 2 : 1;
-        for (int h = 0; h < nh; h++) { /* attend's softmax: the maximum, then e^(s - max) summed in order */
-            float *a = att + (size_t)(h0 + h) * len, max = -INFINITY, sum = 0;
-            for (int p = 0; p < len; p++) max = a[p] > max ? a[p] : max;
-            for (int p = 0; p < len; p++) sum += a[p] = expf(a[p] - max);
-            inv[h] = 1.0f / sum;
-        }
-        const float *a = att + (size_t)h0 * len;
-        float *o = out + (size_t)h0 * hd;
-        int i0 = 0;
-        for (; i0 + 16 <= hd; i0 += 16)
-            if (nh == 4) values_4x16(len, hd, a, v, i0, inv, o);
-            else if (nh == 2) values_2x16(len, hd, a, v, i0, inv, o);
-            else values_1x16(len, hd, a, v, i0, inv, o);
-        for (int h = 0; h < nh; h++)
-            for (int i = i0; i < hd; i++) { /* head sizes that are not a multiple of 16, as attend sums them */
-                float s = 0;
-                for (int p = 0; p < len; p++) s += a[(size_t)h * len + p] * v[p][i];
-                o[(size_t)h * hd + i] = s * inv[h];
-            }
+        float inv[4];
+        for (int h = 0; h < nh; h++) inv[h] = softmax_exp(att + (size_t)(h0 + h) * len, len);
+        values_heads(hd, len, nh, att + (size_t)h0 * len, v, inv, out + (size_t)h0 * hd);
         h0 += nh;
     }
 }
