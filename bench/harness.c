@@ -170,6 +170,49 @@ out:
     return rc;
 }
 
+int bench_paired_limit(plumb_model *m, const bench_config *cfg, bench_paired *out) {
+    const int P = cfg->n_prompt, G = cfg->n_gen;
+    memset(out, 0, sizeof *out);
+    if (G < 1 || P < 1) return plumb_set_error("paired limit: needs a prompt and generated tokens");
+    /* parts of one token's bytes, 2 GiB or more in all: the part read before
+     * a token was last read at least three parts (three tokens' bytes) before */
+    const size_t part = (size_t)plumb_model_bytes_per_token(m) / 64 * 64;
+    size_t n_parts = ((size_t)2048 << 20) / (part ? part : 1) + 1;
+    if (n_parts < 4) n_parts = 4;
+    plumb_ctx_params cp = plumb_ctx_default_params();
+    cp.n_ctx = P + G + 16;
+    cp.n_threads = cfg->threads;
+    cp.exact = cfg->exact;
+    plumb_ctx *c = plumb_ctx_new(m, &cp);
+    if (!c) return -1;
+    int rc = 0;
+    char *buf = plumb_read_buffer(part * n_parts, cfg->threads);
+    plumb_token *prompt = malloc(sizeof(plumb_token) * (size_t)P);
+    double *tok_ms = malloc(sizeof(double) * (size_t)G), *gbs = malloc(sizeof(double) * (size_t)G), *frac = malloc(sizeof(double) * (size_t)G);
+    if (!buf || !prompt || !tok_ms || !gbs || !frac) { rc = plumb_set_error("out of memory (paired limit: a %zu MiB read buffer)", part * n_parts >> 20); goto out; }
+    bench_prompt(m, P, prompt);
+    if (plumb_eval(c, prompt, P, 0)) { rc = -1; goto out; }
+    plumb_token tok = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));
+    for (int g = 0; g < G; g++) {
+        const double read_s = plumb_read_pass_s(buf + part * ((size_t)g % n_parts), part, cfg->threads);
+        const double t0 = plumb_time_s();
+        if (plumb_eval(c, &tok, 1, P + g)) { rc = -1; goto out; }
+        tok = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));
+        const double tok_s = plumb_time_s() - t0;
+        tok_ms[g] = 1e3 * tok_s;
+        gbs[g] = (double)part / read_s / 1e9;
+        frac[g] = read_s / tok_s;
+    }
+    out->n = G;
+    out->fraction = plumb_stats_of(frac, G);
+    out->token_ms = plumb_stats_of(tok_ms, G);
+    out->read_gbs = plumb_stats_of(gbs, G);
+out:
+    free(buf); free(prompt); free(tok_ms); free(gbs); free(frac);
+    plumb_ctx_free(c);
+    return rc;
+}
+
 static void append_piece(const plumb_model *m, plumb_token t, char *text, size_t cap) {
     char piece[64];
     int k = plumb_token_to_piece(m, t, piece, sizeof piece - 1);

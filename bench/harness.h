@@ -32,6 +32,20 @@ int bench_prompt(const plumb_model *m, int n, plumb_token *out);
 
 int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out);
 
+/* Decode against the memory-bandwidth limit with the limit measured beside
+ * each token: cfg's prompt, then cfg->n_gen greedy steps on the CPU, each
+ * right after one read pass, with the same threads, over as many bytes as a
+ * token reads (a part of a buffer of 2 GiB or more whose parts are read in
+ * turn, so no part is still cached). Each pair gives read time / token time:
+ * the token's speed as a fraction of the limit at that moment. */
+typedef struct {
+    int n;                 /* pairs */
+    plumb_stats fraction;  /* read pass time / token time */
+    plumb_stats token_ms, read_gbs;
+} bench_paired;
+
+int bench_paired_limit(plumb_model *m, const bench_config *cfg, bench_paired *out);
+
 typedef struct {
     int n;               /* positions compared */
     double top1;         /* fraction where both models' argmax agree */

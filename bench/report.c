@@ -23,14 +23,15 @@ int bench_write_markdown(json_t *r, const char *path) {
     fprintf(fp, "- machine: %s (%s), %d cores, %.1f GiB RAM, %s; GPU: %s\n", str(m, "cpu"), str(m, "cpu_features"), (int)num(m, "cores"),
             num(m, "memory_gib"), str(m, "os"), str(m, "gpu"));
     fprintf(fp, "- measured read bandwidth: %.1f GB/s at the start, all threads; a CPU run's decode limit is the mean of the bandwidth measured just "
-                "before and just after it at its thread count (column 'read GB/s'), divided by the weight bytes read per token\n",
+                "before and just after it at its thread count (column 'read GB/s'), divided by the weight bytes read per token; 'paired' is the same "
+                "decode again with a read pass over one token's bytes before each token: median [p10-p90] of read time / token time\n",
             num(m, "read_bandwidth_gbs"));
     fprintf(fp, "- concurrency %d; %d generated tokens per request, no early stop; %d measured reps after %d warm-up; prompt: %s\n\n",
             (int)num(s, "concurrency"), (int)num(s, "max_output_tokens"), (int)num(s, "reps"), (int)num(s, "warmup"), str(s, "prompt"));
     fprintf(fp, "| model | type | sha256 | backend | kernels | threads | requests | input tokens | output tokens | total s | prefill tok/s median [min-max] "
                 "| TTFT ms p50/p90/p99 | decode tok/s median [min-max] | inter-token ms mean/p50/p90/p99 | latency ms mean/p50/p90/p99 "
-                "| read GB/s before/after | limit tok/s | %% of limit | peak RSS MiB |\n");
-    fprintf(fp, "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---:|\n");
+                "| read GB/s before/after | limit tok/s | %% of limit | paired %% of limit | peak RSS MiB |\n");
+    fprintf(fp, "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---|---:|\n");
     size_t i;
     json_t *run;
     json_array_foreach(json_object_get(r, "runs"), i, run) {
@@ -38,15 +39,18 @@ int bench_write_markdown(json_t *r, const char *path) {
         char bws[48] = "-";
         if (json_array_size(bw) == 2)
             snprintf(bws, sizeof bws, "%.1f/%.1f", json_number_value(json_array_get(bw, 0)), json_number_value(json_array_get(bw, 1)));
+        json_t *pf = json_object_get(json_object_get(run, "paired_limit"), "fraction_of_limit");
+        char pairs[48] = "-";
+        if (pf) snprintf(pairs, sizeof pairs, "%.0f%% [%.0f-%.0f]", 100 * num(pf, "median"), 100 * num(pf, "p10"), 100 * num(pf, "p90"));
         fprintf(fp, "| %s | %s | %.12s | %s | %s | %d | %d | %d | %d | %.1f | %.1f [%.1f-%.1f] | %.0f/%.0f/%.0f | %.2f [%.2f-%.2f] | %.1f/%.1f/%.1f/%.1f "
-                    "| %.0f/%.0f/%.0f/%.0f | %s | %.1f | %.0f%% | %.0f |\n",
+                    "| %.0f/%.0f/%.0f/%.0f | %s | %.1f | %.0f%% | %s | %.0f |\n",
                 str(run, "model"), str(run, "type"), str(run, "sha256"), str(run, "backend"), str(run, "kernels"), (int)num(run, "threads"),
                 (int)num(run, "requests"), (int)num(run, "prompt_tokens"), (int)num(run, "generated_tokens"), num(run, "total_time_s"),
                 sfield(run, "prefill_tps", "median"), sfield(run, "prefill_tps", "min"), sfield(run, "prefill_tps", "max"), sfield(run, "ttft_ms", "p50"),
                 sfield(run, "ttft_ms", "p90"), sfield(run, "ttft_ms", "p99"), sfield(run, "decode_tps", "median"), sfield(run, "decode_tps", "min"),
                 sfield(run, "decode_tps", "max"), sfield(run, "inter_token_ms", "mean"), sfield(run, "inter_token_ms", "p50"), sfield(run, "inter_token_ms", "p90"),
                 sfield(run, "inter_token_ms", "p99"), sfield(run, "latency_ms", "mean"), sfield(run, "latency_ms", "p50"), sfield(run, "latency_ms", "p90"),
-                sfield(run, "latency_ms", "p99"), bws, num(run, "decode_limit_tps"), 100 * num(run, "decode_fraction_of_limit"), num(run, "peak_rss_mib"));
+                sfield(run, "latency_ms", "p99"), bws, num(run, "decode_limit_tps"), 100 * num(run, "decode_fraction_of_limit"), pairs, num(run, "peak_rss_mib"));
     }
     int gpu_runs = 0;
     json_array_foreach(json_object_get(r, "runs"), i, run) {

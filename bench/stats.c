@@ -18,7 +18,7 @@ static double percentile(const double *sorted, int n, double q) {
 }
 
 plumb_stats plumb_stats_of(const double *v, int n) {
-    plumb_stats s = {0, 0, 0, 0, 0, 0, n};
+    plumb_stats s = {0, 0, 0, 0, 0, 0, n, 0};
     if (n <= 0) return s;
     double *c = malloc(sizeof(double) * (size_t)n);
     memcpy(c, v, sizeof(double) * (size_t)n);
@@ -27,6 +27,7 @@ plumb_stats plumb_stats_of(const double *v, int n) {
     s.max = c[n - 1];
     s.median = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     for (int i = 0; i < n; i++) s.mean += c[i] / n;
+    s.p10 = percentile(c, n, 0.10);
     s.p90 = percentile(c, n, 0.90);
     s.p99 = percentile(c, n, 0.99);
     free(c);
@@ -38,34 +39,47 @@ plumb_stats plumb_stats_of(const double *v, int n) {
  * not by load issue. */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
 
-double plumb_measure_read_bandwidth(int n_threads) {
-    const size_t n = (size_t)2048 << 20; /* 2 GiB: far beyond any cache (L3s of 260 MiB exist) */
-    v2u64 *buf = malloc(n);
-    if (!buf) return 0;
-    const size_t vecs = n / sizeof(v2u64);
+double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads) {
+    const v2u64 *v = buf;
+    const size_t vecs = bytes / sizeof(v2u64) / 4 * 4;
+    uint64_t total = 0;
+    const double t0 = plumb_time_s();
+#pragma omp parallel num_threads(n_threads) reduction(^ : total)
+    {
+        v2u64 a = {0, 0}, b = a, c = a, d = a;
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < vecs; i += 4) {
+            __builtin_prefetch(&v[i] + 128, 0, 3); /* 2 KiB ahead, as the kernels do */
+            a ^= v[i];
+            b ^= v[i + 1];
+            c ^= v[i + 2];
+            d ^= v[i + 3];
+        }
+        v2u64 r = a ^ b ^ c ^ d;
+        total ^= r[0] ^ r[1];
+    }
+    const double dt = plumb_time_s() - t0;
+    static volatile uint64_t sink;
+    sink += total; /* the loads are used */
+    return dt;
+}
+
+void *plumb_read_buffer(size_t bytes, int n_threads) {
+    v2u64 *buf = malloc(bytes);
+    if (!buf) return NULL;
+    const size_t vecs = bytes / sizeof(v2u64);
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (size_t i = 0; i < vecs; i++) buf[i] = (v2u64){i, i + 1}; /* first touch by the reading threads */
+    return buf;
+}
+
+double plumb_measure_read_bandwidth(int n_threads) {
+    const size_t n = (size_t)2048 << 20; /* 2 GiB: far beyond any cache (L3s of 508 MiB exist) */
+    void *buf = plumb_read_buffer(n, n_threads);
+    if (!buf) return 0;
     double best = 0;
-    volatile uint64_t sink = 0;
     for (int pass = 0; pass < 5; pass++) {
-        uint64_t total = 0;
-        double t0 = plumb_time_s();
-#pragma omp parallel num_threads(n_threads) reduction(^ : total)
-        {
-            v2u64 a = {0, 0}, b = a, c = a, d = a;
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < vecs; i += 4) {
-                __builtin_prefetch(&buf[i] + 128, 0, 3); /* 2 KiB ahead, as the kernels do */
-                a ^= buf[i];
-                b ^= buf[i + 1];
-                c ^= buf[i + 2];
-                d ^= buf[i + 3];
-            }
-            v2u64 r = a ^ b ^ c ^ d;
-            total ^= r[0] ^ r[1];
-        }
-        double bw = (double)n / (plumb_time_s() - t0);
-        sink += total;
+        const double bw = (double)n / plumb_read_pass_s(buf, n, n_threads);
         if (bw > best) best = bw;
     }
     free(buf);

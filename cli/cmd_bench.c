@@ -40,6 +40,9 @@ static const char *bench_help =
     "  -o PREFIX        write PREFIX.json and PREFIX.md (default bench/out/bench-DATE)\n"
     "  --report DIR     also write DIR/index.html with SVG charts\n"
     "  --no-quality     skip the quality spot check\n"
+    "  --no-paired      skip the paired limit: after a CPU run at batch 1, its decode again\n"
+    "                   with a read pass over one token's bytes before each token, giving\n"
+    "                   each token's speed against the bandwidth measured beside it\n"
     "  --exact          dequantize-then-f32 arithmetic instead of int8 activations\n";
 
 static int split_list(const char *s, char out[][32], int max) {
@@ -114,8 +117,8 @@ static int make_variant(const char *src, const char *type, variant *v) {
 }
 
 static json_t *stats_json(const plumb_stats *s) {
-    return json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "median", s->median, "min", s->min, "max", s->max, "mean", s->mean,
-                     "p50", s->median, "p90", s->p90, "p99", s->p99, "n", s->n);
+    return json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i}", "median", s->median, "min", s->min, "max", s->max, "mean", s->mean,
+                     "p10", s->p10, "p50", s->median, "p90", s->p90, "p99", s->p99, "n", s->n);
 }
 
 static void human_cmd(int argc, char **argv, char *buf, size_t n) {
@@ -129,7 +132,7 @@ static void human_cmd(int argc, char **argv, char *buf, size_t n) {
 
 int cmd_bench(int argc, char **argv) {
     const char *models[MAX_LIST];
-    int n_models = 0, n_gen = 64, reps = 3, warmup = 1, quality = 1, exact = 0;
+    int n_models = 0, n_gen = 64, reps = 3, warmup = 1, quality = 1, exact = 0, paired = 1;
     char types[MAX_LIST][32], backends[MAX_LIST][32] = {"cpu"}, threads_s[MAX_LIST][32] = {"1", "all"}, prompts_s[MAX_LIST][32] = {"128"};
     char batch_s[MAX_LIST][32] = {"1"}, ngl_s[MAX_LIST][32] = {"all"};
     int n_types = 0, n_backends = 1, n_threads = 2, n_prompts = 1, n_batches = 1, n_ngl = 1;
@@ -151,6 +154,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-o")) rc = cli_str(argc, argv, &i, &out_prefix);
         else if (!strcmp(a, "--report")) rc = cli_str(argc, argv, &i, &report_dir);
         else if (!strcmp(a, "--no-quality")) quality = 0;
+        else if (!strcmp(a, "--no-paired")) paired = 0;
         else if (!strcmp(a, "--exact")) exact = 1;
         else return cli_fail("bench", "unknown option '%s' (plumb bench --help)", a);
         if (rc) return 2;
@@ -245,13 +249,14 @@ int cmd_bench(int argc, char **argv) {
     json_object_set_new(json_object_get(root, "machine"), "last_level_cache_mib", json_real((double)si.llc_bytes / 1048576.0));
     json_object_set_new(root, "settings", json_pack("{s:i,s:i,s:i,s:i,s:s,s:b}", "max_output_tokens", n_gen, "reps", reps, "warmup", warmup,
                                                    "concurrency", 1, "prompt", "built-in English text, tokenized and repeated to length", "exact", exact));
+    json_object_set_new(json_object_get(root, "settings"), "paired_limit", json_boolean(paired));
 
     printf("\nplumb bench — %s — %s (%s), %d cores, read bandwidth %.1f GB/s\n", date, si.cpu, si.features, si.cores, bw / 1e9);
     printf("prompt tokens %s, %d generated tokens per request (no early stop), %d reps after %d warm-up, concurrency 1\n\n",
            prompts_s[0], n_gen, reps, warmup);
     if (gpu_bw > 0) printf("GPU: %s, copy bandwidth %.0f GB/s (read + written)\n", gpu_name, gpu_bw / 1e9);
-    printf("| model | type | backend | threads | batch | prompt | prefill tok/s | TTFT ms | decode tok/s | limit tok/s | %% of limit | peak RSS MiB | peak VRAM MiB |\n");
-    printf("|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
+    printf("| model | type | backend | threads | batch | prompt | prefill tok/s | TTFT ms | decode tok/s | limit tok/s | %% of limit | paired %% of limit | peak RSS MiB | peak VRAM MiB |\n");
+    printf("|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|\n");
     int failures = 0;
     for (int vi = 0; vi < n_vars; vi++) {
         variant *v = &vars[vi];
@@ -291,14 +296,26 @@ int cmd_bench(int argc, char **argv) {
                     const double rss = (double)(peak_run > load_peak ? peak_run : load_peak) / 1048576.0;
                     const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti]);
                     if (!cuda) plumb_peak_rss_reset();
+                    /* the same decode again, each token beside a read pass of its bytes (not in the
+                     * run's figures: the passes push the weights out of the caches) */
+                    bench_paired pr = {0};
+                    char paired_s[48] = "-";
+                    if (!cuda && batches[bi] == 1 && paired) {
+                        if (bench_paired_limit(m, &cfg, &pr)) {
+                            fprintf(stderr, "bench: %s threads %d: paired limit: %s\n", v->path, threads[ti], plumb_last_error());
+                            failures++;
+                        } else
+                            snprintf(paired_s, sizeof paired_s, "%.0f%% [%.0f-%.0f]", 100 * pr.fraction.median, 100 * pr.fraction.p10, 100 * pr.fraction.p90);
+                        plumb_peak_rss_reset();
+                    }
                     const double cpu_bw = cuda ? bw_at[ti] : 0.5 * (bw_before + bw_after);
                     const double limit = (all_gpu ? gpu_bw : cpu_bw) / bpt * batches[bi];
                     char be[48];
                     if (cuda) snprintf(be, sizeof be, "cuda -ngl %s", ngl_s[gi]);
                     else snprintf(be, sizeof be, "cpu");
-                    printf("| %s | %s | %s | %d | %d | %d | %.1f [%.1f-%.1f] | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %.0f | %.0f |\n", v->source, v->type, be,
+                    printf("| %s | %s | %s | %d | %d | %d | %.1f [%.1f-%.1f] | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %s | %.0f | %.0f |\n", v->source, v->type, be,
                            threads[ti], batches[bi], prompts[pi], r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, r.ttft_ms.median,
-                           r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, limit, 100 * r.decode_tps.median / limit, rss, r.gpu_peak_mib);
+                           r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, limit, 100 * r.decode_tps.median / limit, paired_s, rss, r.gpu_peak_mib);
                     fflush(stdout);
                     json_t *run = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:I,s:f}", "model", v->path, "source_model", v->source,
                                             "sha256", v->sha256, "params", (json_int_t)plumb_model_n_params(m), "type", v->type, "backend", be,
@@ -321,6 +338,11 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(run, "decode_limit_tps", json_real(limit));
                     if (!cuda) json_object_set_new(run, "read_bandwidth_gbs_before_after", json_pack("[f,f]", bw_before / 1e9, bw_after / 1e9));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));
+                    if (pr.n) {
+                        json_t *pj = json_pack("{s:i,s:o,s:f,s:f}", "pairs", pr.n, "fraction_of_limit", stats_json(&pr.fraction),
+                                               "token_ms_median", pr.token_ms.median, "read_gbs_median", pr.read_gbs.median);
+                        json_object_set_new(run, "paired_limit", pj);
+                    }
                     json_array_append_new(runs, run);
                 }
         }
