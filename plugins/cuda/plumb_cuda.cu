@@ -960,7 +960,7 @@ __global__ void k_splitk_sum(const float *partial, int splits, int n, int rows, 
 // 8 rows x 4 words a fragment load touches in 32 different banks.
 
 // a block shape as one number (PLUMB_CUDA_GEMM_TILE)
-#define GI_CODE(WM, WN, MT, NB, KS, MB) (WM * 100000 + WN * 10000 + MT * 1000 + NB * 100 + KS * 10 + MB)
+#define GI_CODE(WM, WN, MT, NB, KS, MB) ((WM) * 100000 + (WN) * 10000 + (MT) * 1000 + (NB) * 100 + (KS) * 10 + (MB))
 
 template <int TYPE, int WM, int WN, int MT, int NB, int KS, int MB>
 struct gemm_i8_smem {
@@ -1679,7 +1679,7 @@ __global__ void k_wgmma_probe(int *out) {
     X(4, 2, 2, 4, 1) X(4, 2, 2, 4, 2) X(4, 2, 2, 4, 4) X(4, 2, 4, 4, 2) X(4, 2, 4, 4, 4) X(4, 2, 8, 4, 1) X(4, 2, 8, 4, 2) X(4, 2, 8, 4, 4) \
         X(4, 2, 8, 8, 2) X(4, 2, 8, 8, 4) X(2, 2, 8, 4, 4)
 #define GR_NAMES "4x2x2x4x1, 4x2x2x4x2, 4x2x2x4x4, 4x2x4x4x2, 4x2x4x4x4, 4x2x8x4x1, 4x2x8x4x2, 4x2x8x4x4, 4x2x8x8x2, 4x2x8x8x4, 2x2x8x4x4"
-#define GR_CODE(WM, MT, NT, NB, KS) (WM * 10000 + MT * 1000 + NT * 100 + NB * 10 + KS)
+#define GR_CODE(WM, MT, NT, NB, KS) ((WM) * 10000 + (MT) * 1000 + (NT) * 100 + (NB) * 10 + (KS))
 
 // the wgmma GEMM's block shapes: warpgroups (64 rows each), tokens, blocks of k per slice,
 // blocks' fragments in flight and blocks a multiprocessor (the TMA kernel: its stages sized to fit them; three
@@ -1688,7 +1688,9 @@ __global__ void k_wgmma_probe(int *out) {
     X(2, 8, 4, 4, 1) X(4, 8, 4, 4, 1) X(2, 32, 4, 4, 1) X(2, 64, 4, 2, 1) X(2, 64, 4, 4, 1) X(2, 64, 8, 4, 1) X(3, 64, 4, 4, 1) X(4, 64, 4, 2, 1) \
         X(4, 64, 4, 4, 1) X(2, 128, 4, 4, 1) X(4, 128, 4, 2, 1) X(2, 64, 4, 4, 2)
 #define WGM_NAMES "2x8x4x4, 4x8x4x4, 2x32x4x4, 2x64x4x2, 2x64x4x4, 2x64x8x4, 3x64x4x4, 4x64x4x2, 4x64x4x4, 2x128x4x4, 4x128x4x2, 2x64x4x4x2"
-#define WGM_CODE(WG, BN, NB, FR, MB) (MB * 1000000 + WG * 100000 + BN * 100 + NB * 10 + FR)
+// (arguments in parentheses: wg_tile_for passes a conditional expression, which unparenthesized took the
+// whole sum as its condition and gave 2, 3 or 4 as the code, a shape nothing launched)
+#define WGM_CODE(WG, BN, NB, FR, MB) ((MB) * 1000000 + (WG) * 100000 + (BN) * 100 + (NB) * 10 + (FR))
 
 // cos/sin of rotary angle j at position p, in double like the host
 __device__ __forceinline__ void rope_angle(int p, int j, int half_rot, float base, float *cs, float *sn) {
@@ -3831,6 +3833,14 @@ static int wg_tile_for(const handle *h, const dmat *W, int n) {
     return WGM_CODE(h->wg_rows != WG_ROWS_256 ? wg_rows_64(h, W, n) : 4, 64, 4, 4, 1);
 }
 
+// a block-shape code that no built kernel has: the product would be skipped
+// and its output left as it was, so the step fails instead (run_layers
+// reports launch_err)
+static void no_shape(handle *h, int tile) {
+    fprintf(stderr, "plumb-cuda: no GEMM kernel of block shape code %d\n", tile);
+    if (h->launch_err == cudaSuccess) h->launch_err = cudaErrorInvalidConfiguration;
+}
+
 template <int TYPE>
 static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const int tile = wg_tile_for(h, W, n);
@@ -3838,6 +3848,7 @@ static void launch_gemm_wg(handle *h, const dmat *W, int n, float *y, int ldy, i
     if (tile == WGM_CODE(WG, BN, NB, FR, MB)) return launch_gemm_wg_t<TYPE, WG, BN, NB, FR, MB>(h, W, n, y, ldy, accumulate);
     WGM_CONFIGS(WGM_LAUNCH)
 #undef WGM_LAUNCH
+    no_shape(h, tile);
 }
 
 /* block shape: gemm_r_tile (PLUMB_CUDA_GEMM_RTILE) or by batch size: token
@@ -3849,6 +3860,7 @@ static void launch_gemm_r(handle *h, const dmat *W, int n, float *y, int ldy, in
     if (tile == GR_CODE(WM, MT, NT, NB, KS)) return launch_gemm_r_t<TYPE, WM, MT, NT, NB, KS>(h, W, n, y, ldy, accumulate);
     GR_CONFIGS(GR_LAUNCH)
 #undef GR_LAUNCH
+    no_shape(h, tile);
 }
 
 /* block shape: gemm_tile (PLUMB_CUDA_GEMM_TILE=WMxWNxMTxNBxKS, one of
@@ -3863,6 +3875,7 @@ static void launch_gemm_i8(handle *h, const dmat *W, int n, float *y, int ldy, i
     if (tile == GI_CODE(WM, WN, MT, NB, KS, MB)) return launch_gemm_i8_t<TYPE, WM, WN, MT, NB, KS, MB>(h, W, n, y, ldy, accumulate);
     GI_CONFIGS(GI_LAUNCH)
 #undef GI_LAUNCH
+    no_shape(h, tile);
 }
 
 static int gemm_tile_known(int tile) {
