@@ -10,12 +10,16 @@ typedef struct { double median, min, max, mean, p90, p99; int n; double p10; } p
 /* median, min, max, mean and the 10th/90th/99th percentiles (linear interpolation) */
 plumb_stats plumb_stats_of(const double *v, int n);
 /* Bytes/s reading a buffer much larger than the caches with n_threads
- * threads (best of several passes). */
+ * threads: the best of six passes, with and without software prefetch in
+ * turn. */
 double plumb_measure_read_bandwidth(int n_threads);
 /* A buffer of bytes, first touched by n_threads threads (NULL when out of
- * memory), and the seconds one read pass over bytes of it takes with
- * n_threads threads: the loop plumb_measure_read_bandwidth times. */
+ * memory); the seconds one read pass over bytes of it takes with n_threads
+ * threads (the loop plumb_measure_read_bandwidth times, prefetching or not);
+ * and whether the prefetching loop is the faster one here (best of three
+ * passes each over bytes of buf). */
 void *plumb_read_buffer(size_t bytes, int n_threads);
-double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads);
+double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int prefetch);
+int plumb_read_faster_prefetch(const void *buf, size_t bytes, int n_threads);
 
 #endif
