@@ -69,7 +69,8 @@
 #   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against the default 256: the CPU
 #          comparison at chunks 64 and 100 (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0
 #          batch 8/64 (and 128-token prefill) with it off and on, twice
-#   tune   PLUMB_CUDA_WG_ROWS=tune (33-64-token steps: each matrix's GEMM tile timed at load) and PLUMB_CUDA_ATT_MINB=4
+#   tune   the default (PLUMB_CUDA_ATT_MINB=4 since v18) against PLUMB_CUDA_ATT_MINB=3, PLUMB_CUDA_WG_ROWS=tune (33-64-token steps:
+#          each matrix's GEMM tile timed at load) and auto; KL against the CPU first
 #          (the tensor-core attention in one wave at batch 64): KL against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks
 #          64 and 100; 7B chunks of 64 MINB 4 against 3), then 7B Q4_0 batch 8/64 with the default, MINB 4, tune and
 #          tune + MINB 4 in turn, twice, and per-kernel times of batch-64 steps with both
@@ -427,22 +428,24 @@ tune)
     {
         for ty in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $ty)
-            for c in 64 100; do echo "-- TinyLlama $ty -c $c, PLUMB_CUDA_WG_ROWS=tune: $(PLUMB_CUDA_WG_ROWS=tune compare_line "$m" $c)"; done
+            for c in 64 100; do
+                for v in X=default PLUMB_CUDA_WG_ROWS=tune PLUMB_CUDA_WG_ROWS=auto; do echo "-- TinyLlama $ty -c $c, $v: $(env $v compare_line "$m" $c)"; done
+            done
         done
         m=$(model llama2-7b q4_0)
         $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all --kl-base "$OUT/tune-7b-base.bin" >/dev/null 2>&1
-        echo "-- 7B -c 64, MINB 4 against 3: $(PLUMB_CUDA_ATT_MINB=4 $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all \
+        echo "-- 7B -c 64, MINB 3 against 4: $(PLUMB_CUDA_ATT_MINB=3 $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all \
             --kl "$OUT/tune-7b-base.bin" 2>&1 | grep -E "KL|top|rror" | tr '\n' ' ')"
     } 2>&1 | tee "$OUT/tune-check.txt"
     m=$(model llama2-7b q4_0)
     for r in 1 2; do
-        for v in "PLUMB_CUDA_WG_ROWS=256" "PLUMB_CUDA_ATT_MINB=4" "PLUMB_CUDA_WG_ROWS=tune" "PLUMB_CUDA_WG_ROWS=tune PLUMB_CUDA_ATT_MINB=4"; do
+        for v in X=default "PLUMB_CUDA_ATT_MINB=3" "PLUMB_CUDA_WG_ROWS=tune" "PLUMB_CUDA_WG_ROWS=auto"; do
             echo "== 7B $v round $r"
             env $v $P bench -m "$m" --backends cuda --ngl all -t $T --batch 8,64 -p 128 -n 32 --reps 3 --no-quality \
                 -o "$OUT/tune-$r-$(echo $v | tr -c 'a-z0-9' '_')" 2>&1 | grep -E "^\| |rror|tuned"
         done
     done 2>&1 | tee "$OUT/tune-speed.txt"
-    for v in "PLUMB_CUDA_WG_ROWS=256" "PLUMB_CUDA_WG_ROWS=tune PLUMB_CUDA_ATT_MINB=4"; do
+    for v in X=default "PLUMB_CUDA_WG_ROWS=tune"; do
         echo "== kernels of 7B batch-64 steps, $v"
         env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality 2>&1 |
             grep -E "plumb-cuda:|rror"

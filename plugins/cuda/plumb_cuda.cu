@@ -164,7 +164,7 @@ struct handle {
     PFN_cuTensorMapEncodeTiled_v12000 encode_tiled; // the driver's tensor-map encoder (NULL: no TMA)
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
-    int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 3)
+    int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 4)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1691,6 +1691,7 @@ __global__ void k_wgmma_probe(int *out) {
 // (arguments in parentheses: wg_tile_for passes a conditional expression, which unparenthesized took the
 // whole sum as its condition and gave 2, 3 or 4 as the code, a shape nothing launched)
 #define WGM_CODE(WG, BN, NB, FR, MB) ((MB) * 1000000 + (WG) * 100000 + (BN) * 100 + (NB) * 10 + (FR))
+static_assert(WGM_CODE(1 ? 4 : 2, 64, 4, 4, 1) == 1406444, "WGM_CODE takes expressions as arguments");
 
 // cos/sin of rotary angle j at position p, in double like the host
 __device__ __forceinline__ void rope_angle(int p, int j, int half_rot, float base, float *cs, float *sn) {
@@ -1939,8 +1940,10 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 // MINB: blocks a multiprocessor the registers must allow. Left to itself
 // the compiler takes 137 registers a thread: 3 blocks, 396 of a 7B batch-64
 // step's 512 blocks in the first wave on the H200's 132 multiprocessors;
-// 4 blocks (128 registers, 4 bytes spilled) would take all 512 at once
-// (PLUMB_CUDA_ATT_MINB=4: not yet timed, so not the default).
+// 4 blocks (128 registers, 4 bytes spilled) take all 512 at once: the
+// default, 7B Q4_0 batch 64 10385-10402 -> 10673 tok/s on an H100, and with
+// PLUMB_CUDA_WG_ROWS=tune 10639 -> 10841-10854 (bench/results/gpu/v18; same
+// KL against the CPU). PLUMB_CUDA_ATT_MINB=3 gives the compiler's choice.
 template <int MINB>
 __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
@@ -3271,7 +3274,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             snprintf(err, err_len, "PLUMB_CUDA_ATT_MINB wants 3 or 4 (blocks a multiprocessor the tensor-core attention's registers allow)");
             goto fail;
         }
-        h->att_minb = amb && !strcmp(amb, "4") ? 4 : 3;
+        h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
         const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
         if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
