@@ -69,11 +69,11 @@
 #   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against the default 256: the CPU
 #          comparison at chunks 64 and 100 (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0
 #          batch 8/64 (and 128-token prefill) with it off and on, twice
-#   tune   the default (PLUMB_CUDA_ATT_MINB=4 since v18) against PLUMB_CUDA_ATT_MINB=3, PLUMB_CUDA_WG_ROWS=tune (33-64-token steps:
-#          each matrix's GEMM tile timed at load) and auto; KL against the CPU first
-#          (the tensor-core attention in one wave at batch 64): KL against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks
-#          64 and 100; 7B chunks of 64 MINB 4 against 3), then 7B Q4_0 batch 8/64 with the default, MINB 4, tune and
-#          tune + MINB 4 in turn, twice, and per-kernel times of batch-64 steps with both
+#   tune   the default (the tensor-core attention at 4 blocks a multiprocessor since v18: one wave at batch 64) against
+#          PLUMB_CUDA_ATT_MINB=3, PLUMB_CUDA_WG_ROWS=tune (33-64-token steps: each matrix's GEMM tile timed at load) and
+#          auto: KL against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks 64 and 100, default / tune / auto; 7B chunks
+#          of 64 MINB 3 against 4), then 7B Q4_0 batch 8/64 with the default, MINB 3, tune and auto in turn, twice, and
+#          per-kernel times of batch-64 steps with the default and tune
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
