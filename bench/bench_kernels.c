@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     const int hot = argc > 4 && !strcmp(argv[4], "hot"), reps = hot ? 201 : 31, n_threads = omp_get_max_threads();
     printf("# plumb kernel bench: %d x %d matrix-vector, %d reps%s, %s, cpu: %s\n", rows, cols, reps, hot ? " on one cache-resident copy" : "",
            plumb_kernels_active()->name, plumb_cpu_features());
-    double bw1 = plumb_measure_read_bandwidth(1), bwn = plumb_measure_read_bandwidth(n_threads);
+    double bw1 = plumb_measure_read_bandwidth(1, NULL), bwn = plumb_measure_read_bandwidth(n_threads, NULL);
     printf("# read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n\n", bw1 / 1e9, bwn / 1e9, n_threads);
     printf("| type | kernels | threads | GB/s median | min-max | %% of read bandwidth |\n|---|---|---|---|---|---|\n");
     const uint32_t types[] = {PLUMB_TYPE_F32, PLUMB_TYPE_F16, PLUMB_TYPE_BF16, PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0,

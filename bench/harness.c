@@ -170,7 +170,7 @@ out:
     return rc;
 }
 
-int bench_paired_limit(plumb_model *m, const bench_config *cfg, bench_paired *out) {
+int bench_paired_limit(plumb_model *m, const bench_config *cfg, int prefetch, bench_paired *out) {
     const int P = cfg->n_prompt, G = cfg->n_gen;
     memset(out, 0, sizeof *out);
     if (G < 1 || P < 1) return plumb_set_error("paired limit: needs a prompt and generated tokens");
@@ -191,8 +191,6 @@ int bench_paired_limit(plumb_model *m, const bench_config *cfg, bench_paired *ou
     double *tok_ms = malloc(sizeof(double) * (size_t)G), *gbs = malloc(sizeof(double) * (size_t)G), *frac = malloc(sizeof(double) * (size_t)G);
     if (!buf || !prompt || !tok_ms || !gbs || !frac) { rc = plumb_set_error("out of memory (paired limit: a %zu MiB read buffer)", part * n_parts >> 20); goto out; }
     bench_prompt(m, P, prompt);
-    /* the faster read loop on this machine, over all of the buffer (2 GiB+: uncached) */
-    const int prefetch = plumb_read_faster_prefetch(buf, part * n_parts, cfg->threads);
     if (plumb_eval(c, prompt, P, 0)) { rc = -1; goto out; }
     plumb_token tok = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));
     for (int g = 0; g < G; g++) {

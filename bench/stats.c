@@ -42,30 +42,26 @@ plumb_stats plumb_stats_of(const double *v, int n) {
  * limit is the faster one: the readers' best, not ours. */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
 
+/* one thread's share of a read pass, in an enclosing parallel region;
+ * inlined with prefetch a constant, so each loop is written once */
+static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, size_t vecs, const int prefetch) {
+    v2u64 a = {0, 0}, b = a, c = a, d = a;
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < vecs; i += 4) {
+        if (prefetch) __builtin_prefetch(&v[i] + 128, 0, 3);
+        a ^= v[i];
+        b ^= v[i + 1];
+        c ^= v[i + 2];
+        d ^= v[i + 3];
+    }
+    return a ^ b ^ c ^ d;
+}
+
 static uint64_t read_loop(const v2u64 *v, size_t vecs, int n_threads, int prefetch) {
     uint64_t total = 0;
 #pragma omp parallel num_threads(n_threads) reduction(^ : total)
     {
-        v2u64 a = {0, 0}, b = a, c = a, d = a;
-        if (prefetch) {
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < vecs; i += 4) {
-                __builtin_prefetch(&v[i] + 128, 0, 3);
-                a ^= v[i];
-                b ^= v[i + 1];
-                c ^= v[i + 2];
-                d ^= v[i + 3];
-            }
-        } else {
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < vecs; i += 4) {
-                a ^= v[i];
-                b ^= v[i + 1];
-                c ^= v[i + 2];
-                d ^= v[i + 3];
-            }
-        }
-        v2u64 r = a ^ b ^ c ^ d;
+        const v2u64 r = prefetch ? read_share(v, vecs, 1) : read_share(v, vecs, 0);
         total ^= r[0] ^ r[1];
     }
     return total;
@@ -89,23 +85,17 @@ void *plumb_read_buffer(size_t bytes, int n_threads) {
     return buf;
 }
 
-int plumb_read_faster_prefetch(const void *buf, size_t bytes, int n_threads) {
-    double best[2] = {1e30, 1e30};
-    for (int pass = 0; pass < 6; pass++) {
-        const double t = plumb_read_pass_s(buf, bytes, n_threads, pass & 1);
-        if (t < best[pass & 1]) best[pass & 1] = t;
-    }
-    return best[1] < best[0];
-}
-
-double plumb_measure_read_bandwidth(int n_threads) {
+double plumb_measure_read_bandwidth(int n_threads, int *prefetch_faster) {
     const size_t n = (size_t)2048 << 20; /* 2 GiB: far beyond any cache (L3s of 508 MiB exist) */
     void *buf = plumb_read_buffer(n, n_threads);
     if (!buf) return 0;
     double best = 0;
     for (int pass = 0; pass < 6; pass++) { /* with and without prefetch in turn */
         const double bw = (double)n / plumb_read_pass_s(buf, n, n_threads, pass & 1);
-        if (bw > best) best = bw;
+        if (bw > best) {
+            best = bw;
+            if (prefetch_faster) *prefetch_faster = pass & 1;
+        }
     }
     free(buf);
     return best;

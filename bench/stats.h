@@ -11,15 +11,13 @@ typedef struct { double median, min, max, mean, p90, p99; int n; double p10; } p
 plumb_stats plumb_stats_of(const double *v, int n);
 /* Bytes/s reading a buffer much larger than the caches with n_threads
  * threads: the best of six passes, with and without software prefetch in
- * turn. */
-double plumb_measure_read_bandwidth(int n_threads);
+ * turn; *prefetch_faster (when not NULL): whether that best pass prefetched. */
+double plumb_measure_read_bandwidth(int n_threads, int *prefetch_faster);
 /* A buffer of bytes, first touched by n_threads threads (NULL when out of
- * memory); the seconds one read pass over bytes of it takes with n_threads
- * threads (the loop plumb_measure_read_bandwidth times, prefetching or not);
- * and whether the prefetching loop is the faster one here (best of three
- * passes each over bytes of buf). */
+ * memory), and the seconds one read pass over bytes of it takes with
+ * n_threads threads (the loop plumb_measure_read_bandwidth times,
+ * prefetching or not). */
 void *plumb_read_buffer(size_t bytes, int n_threads);
 double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int prefetch);
-int plumb_read_faster_prefetch(const void *buf, size_t bytes, int n_threads);
 
 #endif

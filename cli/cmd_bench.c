@@ -221,8 +221,8 @@ int cmd_bench(int argc, char **argv) {
     human_cmd(argc, argv, cmdline, sizeof cmdline);
     fprintf(stderr, "bench: measuring read bandwidth ...\n");
     double bw_at[MAX_LIST];
-    for (int i = 0; i < n_threads; i++) bw_at[i] = plumb_measure_read_bandwidth(threads[i]);
-    const double bw = plumb_measure_read_bandwidth(plumb_default_threads());
+    for (int i = 0; i < n_threads; i++) bw_at[i] = plumb_measure_read_bandwidth(threads[i], NULL);
+    const double bw = plumb_measure_read_bandwidth(plumb_default_threads(), NULL);
     /* the GPU, when asked for */
     char gpu_name[128] = "none", gpu_why[512] = "";
     double gpu_bw = 0;
@@ -283,7 +283,7 @@ int cmd_bench(int argc, char **argv) {
                      * so one figure from the start of the bench would make the ratio noise) */
                     /* the measurements' 2 GiB buffer must not count as the run's peak memory: the
                      * peak is reset after each, and the run's is taken with the load's */
-                    const double bw_before = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti]);
+                    const double bw_before = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti], NULL);
                     if (!cuda) plumb_peak_rss_reset();
                     if (bench_run(m, &cfg, &r)) {
                         fprintf(stderr, "bench: %s %s threads %d batch %d: %s\n", v->path, backends[b], threads[ti], batches[bi], plumb_last_error());
@@ -294,14 +294,15 @@ int cmd_bench(int argc, char **argv) {
                     const int all_gpu = cuda && r.gpu_layers == plumb_model_hparams(m)->n_layer;
                     const size_t peak_run = plumb_peak_rss_now();
                     const double rss = (double)(peak_run > load_peak ? peak_run : load_peak) / 1048576.0;
-                    const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti]);
+                    int prefetch_faster = 0; /* the paired limit's read loop: the one that gave bw_after */
+                    const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti], &prefetch_faster);
                     if (!cuda) plumb_peak_rss_reset();
                     /* the same decode again, each token beside a read pass of its bytes (not in the
                      * run's figures: the passes push the weights out of the caches) */
                     bench_paired pr = {0};
                     char paired_s[48] = "-";
                     if (!cuda && batches[bi] == 1 && paired) {
-                        if (bench_paired_limit(m, &cfg, &pr)) {
+                        if (bench_paired_limit(m, &cfg, prefetch_faster, &pr)) {
                             fprintf(stderr, "bench: %s threads %d: paired limit: %s\n", v->path, threads[ti], plumb_last_error());
                             failures++;
                         } else
