@@ -69,11 +69,11 @@
 #   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against the default 256: the CPU
 #          comparison at chunks 64 and 100 (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0
 #          batch 8/64 (and 128-token prefill) with it off and on, twice
-#   tune   the default (the tensor-core attention at 4 blocks a multiprocessor since v18: one wave at batch 64) against
-#          PLUMB_CUDA_ATT_MINB=3, PLUMB_CUDA_WG_ROWS=tune (33-64-token steps: each matrix's GEMM tile timed at load) and
-#          auto: KL against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks 64 and 100, default / tune / auto; 7B chunks
-#          of 64 MINB 3 against 4), then 7B Q4_0 batch 8/64 with the default, MINB 3, tune and auto in turn, twice, and
-#          per-kernel times of batch-64 steps with the default and tune
+#   tune   the default (33-64-token GEMMs in 128-row tiles, two blocks a multiprocessor, since v19; the tensor-core
+#          attention at 4 blocks a multiprocessor since v18) against PLUMB_CUDA_WG_ROWS=256 (the earlier tiles),
+#          tune (33-64-token steps: each matrix's GEMM tile timed at load) and auto: KL against the CPU (synthetic TinyLlama
+#          Q4_0/Q8_0, chunks 64 and 100, each setting; 7B chunks of 64 ATT_MINB 3 against 4), then 7B Q4_0 batch 8/64 with
+#          each setting in turn, twice, and per-kernel times of batch-64 steps with the default and 256
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
@@ -429,7 +429,7 @@ tune)
         for ty in q4_0 q8_0; do
             m=$(model tinyllama-1.1b $ty)
             for c in 64 100; do
-                for v in X=default PLUMB_CUDA_WG_ROWS=tune PLUMB_CUDA_WG_ROWS=auto; do echo "-- TinyLlama $ty -c $c, $v: $(env $v compare_line "$m" $c)"; done
+                for v in X=default PLUMB_CUDA_WG_ROWS=256 PLUMB_CUDA_WG_ROWS=tune PLUMB_CUDA_WG_ROWS=auto; do echo "-- TinyLlama $ty -c $c, $v: $(env $v compare_line "$m" $c)"; done
             done
         done
         m=$(model llama2-7b q4_0)
@@ -439,13 +439,13 @@ tune)
     } 2>&1 | tee "$OUT/tune-check.txt"
     m=$(model llama2-7b q4_0)
     for r in 1 2; do
-        for v in X=default "PLUMB_CUDA_ATT_MINB=3" "PLUMB_CUDA_WG_ROWS=tune" "PLUMB_CUDA_WG_ROWS=auto"; do
+        for v in X=default "PLUMB_CUDA_WG_ROWS=256" "PLUMB_CUDA_WG_ROWS=tune" "PLUMB_CUDA_WG_ROWS=auto"; do
             echo "== 7B $v round $r"
             env $v $P bench -m "$m" --backends cuda --ngl all -t $T --batch 8,64 -p 128 -n 32 --reps 3 --no-quality \
                 -o "$OUT/tune-$r-$(echo $v | tr -c 'a-z0-9' '_')" 2>&1 | grep -E "^\| |rror|tuned"
         done
     done 2>&1 | tee "$OUT/tune-speed.txt"
-    for v in X=default "PLUMB_CUDA_WG_ROWS=tune"; do
+    for v in X=default "PLUMB_CUDA_WG_ROWS=256"; do
         echo "== kernels of 7B batch-64 steps, $v"
         env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality 2>&1 |
             grep -E "plumb-cuda:|rror"

@@ -81,6 +81,7 @@ extern "C" {
 #define WG_ROWS_256 0
 #define WG_ROWS_AUTO 1
 #define WG_ROWS_TUNE 2
+#define WG_ROWS_128X2 3 // 33-64 tokens: 128-row tiles, two blocks a multiprocessor (the default)
 
 // A weight matrix on the device: quantized (qs + scales) or F16.
 struct dmat {
@@ -170,8 +171,9 @@ struct handle {
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
     long wg_small_elems;                       // ... for matrices of at least this many weights (PLUMB_CUDA_WG_SMALL=N sets N and 0)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
-    int wg_rows;                               // above 32 tokens, a tile's rows per matrix (PLUMB_CUDA_WG_ROWS): WG_ROWS_256 (the default),
-                                               // WG_ROWS_AUTO (wg_rows_64's estimate) or WG_ROWS_TUNE (33-64 tokens: timed at load, tune_wg_tiles)
+    int wg_rows;                               // above 32 tokens, a tile's rows per matrix (PLUMB_CUDA_WG_ROWS): WG_ROWS_128X2 (the default: 33-64
+                                               // tokens 128 rows, two blocks a multiprocessor; 256 above), WG_ROWS_256 (256 rows), WG_ROWS_AUTO
+                                               // (wg_rows_64's estimate) or WG_ROWS_TUNE (33-64 tokens: timed at load, tune_wg_tiles)
     struct wg_tuned_shape { uint32_t type; int rows, cols, tile; } wg_tuned[8]; // WG_ROWS_TUNE's picks by matrix shape
     int n_wg_tuned;
     int gemm_r_tile;                           // the reg GEMM's block shape WMxMTxNTxNBxKS as digits (PLUMB_CUDA_GEMM_RTILE); 0: by batch size
@@ -3302,12 +3304,15 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         const char *wrows = getenv("PLUMB_CUDA_WG_ROWS");
-        if (wrows && strcmp(wrows, "auto") && strcmp(wrows, "256") && strcmp(wrows, "tune")) {
-            snprintf(err, err_len, "PLUMB_CUDA_WG_ROWS wants auto (a tile's rows per matrix above 32 tokens, estimated), tune (timed at load for "
-                                   "33-64 tokens) or 256 (the default)");
+        if (wrows && strcmp(wrows, "auto") && strcmp(wrows, "256") && strcmp(wrows, "tune") && strcmp(wrows, "128x2")) {
+            snprintf(err, err_len, "PLUMB_CUDA_WG_ROWS wants 128x2 (the default: 33-64-token steps in 128-row tiles, two blocks a multiprocessor), "
+                                   "256 (256-row tiles), auto (a tile's rows per matrix above 32 tokens, estimated) or tune (timed at load for 33-64 tokens)");
             goto fail;
         }
-        h->wg_rows = !wrows || !strcmp(wrows, "256") ? WG_ROWS_256 : !strcmp(wrows, "auto") ? WG_ROWS_AUTO : WG_ROWS_TUNE;
+        h->wg_rows = !wrows || !strcmp(wrows, "128x2") ? WG_ROWS_128X2
+                     : !strcmp(wrows, "256")            ? WG_ROWS_256
+                     : !strcmp(wrows, "auto")           ? WG_ROWS_AUTO
+                                                        : WG_ROWS_TUNE;
         if (wt) {
             int wg, bn, nbk, fr, mb = 1;
             const int got = sscanf(wt, "%dx%dx%dx%dx%d", &wg, &bn, &nbk, &fr, &mb);
@@ -3825,15 +3830,22 @@ static int wg_rows_64(const handle *h, const dmat *W, int n) {
  * tokens, PLUMB_CUDA_WG_ROWS=auto chooses the rows per matrix (wg_rows_64;
  * faster per matrix, not yet timed end to end, so not the default), and
  * PLUMB_CUDA_WG_ROWS=tune times the candidates at load (tune_wg_tiles) for
- * 33-64 tokens (wg_tile_for). */
+ * 33-64 tokens. tune picked 128 rows, two blocks a multiprocessor, for all
+ * five 7B products on the H100 and the H200 (bench/results/gpu/v18, v19), so
+ * 33-64 tokens take that shape by default (PLUMB_CUDA_WG_ROWS=128x2), with no
+ * timing at load. Side by side, 7B Q4_0 batch 64: H200 12029/11987 ->
+ * 12417/12414 tok/s (through tune), H100 10724 -> 10908/10889; TinyLlama
+ * batch 64 on the H100 30396 -> 32364. PLUMB_CUDA_WG_ROWS=256 is the
+ * earlier choice. */
 static int wg_tile_for(const handle *h, const dmat *W, int n) {
     if (h->wg_tile) return h->wg_tile;
     if (n <= 8) return WGM_CODE(2, 8, 4, 4, 1);
     if (n <= 32) return WGM_CODE(2, 32, 4, 4, 1);
+    if (h->wg_rows == WG_ROWS_128X2 && n <= 64) return WGM_CODE(2, 64, 4, 4, 2);
     if (h->wg_rows == WG_ROWS_TUNE && n <= 64)
         for (int i = 0; i < h->n_wg_tuned; i++)
             if (h->wg_tuned[i].type == W->type && h->wg_tuned[i].rows == W->rows && h->wg_tuned[i].cols == W->cols) return h->wg_tuned[i].tile;
-    return WGM_CODE(h->wg_rows != WG_ROWS_256 ? wg_rows_64(h, W, n) : 4, 64, 4, 4, 1);
+    return WGM_CODE(h->wg_rows == WG_ROWS_AUTO || h->wg_rows == WG_ROWS_TUNE ? wg_rows_64(h, W, n) : 4, 64, 4, 4, 1);
 }
 
 // a block-shape code that no built kernel has: the product would be skipped
