@@ -588,10 +588,12 @@ T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *
 
 /* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
  * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
+/* bits of LO where m4 is set (the low nibble), of HI elsewhere: vpternlogd's "m4 ? LO : HI" */
+#define Q6_SELECT_LO(LO, HI) _mm512_ternarylogic_epi32((LO), (HI), m4, 0xE4)
 T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *out) {
     const uint8_t *w = wv;
     const block_q8_K *a = av;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m0145 = _mm512_set1_epi8(0x33);
     const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
     __m256 acc = _mm256_setzero_ps();
@@ -613,10 +615,15 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
                     const __m512i la = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 2 * p))),
                                   lb = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 8 + 2 * p))),
                                   hb = _mm512_loadu_si512((const void *)(qh + 32 * (8 * h + 2 * p)));
-                    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
-                    const __m512i q2 = _mm512_or_si512(_mm512_and_si512(lb, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
-                    const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(la, 4), m4), _mm512_and_si512(hb, m30));
-                    const __m512i q4 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lb, 4), m4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+                    /* each value: its low nibble from ql, bits 4-5 from qh, bits 6-7 zero. With qh split
+                     * into bit pairs 0,1,4,5 (h01) and 2,3,6,7 (h23), a shift puts a value's pair at bits
+                     * 4-5 with zeros above, and one vpternlogd takes the low nibble from ql and the rest
+                     * from the shifted pairs: 11 operations a step instead of 17 */
+                    const __m512i h01 = _mm512_and_si512(hb, m0145), h23 = _mm512_andnot_si512(m0145, hb);
+                    const __m512i q1 = Q6_SELECT_LO(la, _mm512_slli_epi16(h01, 4));
+                    const __m512i q2 = Q6_SELECT_LO(lb, _mm512_slli_epi16(h23, 2));
+                    const __m512i q3 = Q6_SELECT_LO(_mm512_srli_epi16(la, 4), h01);
+                    const __m512i q4 = Q6_SELECT_LO(_mm512_srli_epi16(lb, 4), _mm512_srli_epi16(h23, 2));
                     s1 = _mm512_dpbusd_epi32(s1, q1, _mm512_permutexvar_epi32(lo_idx[p], a0));
                     s2 = _mm512_dpbusd_epi32(s2, q2, _mm512_permutexvar_epi32(hi_idx[p], a0));
                     s3 = _mm512_dpbusd_epi32(s3, q3, _mm512_permutexvar_epi32(lo_idx[p], a1));
