@@ -586,10 +586,11 @@ T512 static inline __attribute__((always_inline)) void dot8_q45_K_avx512(int n, 
 T512 static void dot8_q4_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 0); }
 T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 1); }
 
-/* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
- * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
 /* bits of LO where m4 is set (the low nibble), of HI elsewhere: vpternlogd's "m4 ? LO : HI" */
 #define Q6_SELECT_LO(LO, HI) _mm512_ternarylogic_epi32((LO), (HI), m4, 0xE4)
+
+/* Q6_K, 8 rows, with 512-bit registers: each load takes two steps (rows
+ * 0-7 at step s in the low half, s + 1 in the high), as in the Q4_K kernel. */
 T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *out) {
     const uint8_t *w = wv;
     const block_q8_K *a = av;
