@@ -66,7 +66,7 @@
 #          synthetic TinyLlama Q4_0/Q4_K/Q8_0/F16 (every embedding type the device reads), then
 #          Q4_0 models of CHAIN_SHAPES (llama2-7b) at batch CHAIN_BATCH (1,8,64) step by step and chained in
 #          turn, CHAIN_ROUNDS times (2)
-#   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against the default 256: the CPU
+#   rows   PLUMB_CUDA_WG_ROWS=auto (a tile's rows per matrix above 32 tokens) against 256 (the default before v19): the CPU
 #          comparison at chunks 64 and 100 (synthetic TinyLlama Q4_0 and Q8_0), then 7B and TinyLlama Q4_0
 #          batch 8/64 (and 128-token prefill) with it off and on, twice
 #   tune   the default (33-64-token GEMMs in 128-row tiles, two blocks a multiprocessor, since v19; the tensor-core

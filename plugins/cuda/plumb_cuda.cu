@@ -3819,7 +3819,8 @@ static int wg_rows_64(const handle *h, const dmat *W, int n) {
 
 /* block shape: wg_tile (PLUMB_CUDA_WG_TILE) or by batch size: up to 32
  * tokens two warpgroups (128 rows) by 32 tokens, above that four (256 rows)
- * by 64 tokens, slices of 4 blocks, all 4 blocks' fragments in flight.
+ * by 64 tokens (33-64 tokens: two, two blocks a multiprocessor, since v19:
+ * below), slices of 4 blocks, all 4 blocks' fragments in flight.
  * Measured on the H200 side by side (bench/results/gpu/v13-wgmma.md): 256
  * rows read each activation slice from L2 half as often as 128, which is
  * what bound the 128-row shapes (7B batch 64: 8662 vs 8460 tok/s; prefill in
