@@ -37,8 +37,9 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out);
  * right after one read pass, with the same threads, over as many bytes as a
  * token reads (a part of a buffer of 2 GiB or more whose parts are read in
  * turn, so no part is still cached; with software prefetch or not, as
- * prefetch says: the faster loop by plumb_measure_read_bandwidth). Each pair gives read time / token time:
- * the token's speed as a fraction of the limit at that moment. */
+ * prefetch says: the faster loop by plumb_measure_read_bandwidth). Each
+ * pair gives read time / token time: the token's speed as a fraction of the
+ * limit at that moment. */
 typedef struct {
     int n;                 /* pairs */
     plumb_stats fraction;  /* read pass time / token time */
