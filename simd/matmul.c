@@ -287,15 +287,15 @@ static int steal_worthwhile(int64_t n, int nt) { return nt > 1 && n >= 2 * nt &&
 
 static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx, const prologue *pre) {
     const int T = omp_get_max_threads();
-    if (!steal_worthwhile(n, T)) {
+    if (!steal_worthwhile(n, T)) { /* each thread its contiguous share, in one call (the body may read it as two runs) */
 #pragma omp parallel
         {
+            const int me = omp_get_thread_num(), nt = omp_get_num_threads();
             if (pre) {
-                run_share(pre, omp_get_thread_num(), omp_get_num_threads());
+                run_share(pre, me, nt);
 #pragma omp barrier
             }
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < n; i++) body(i, 1, ctx);
+            if (n * (me + 1) / nt > n * me / nt) body(n * me / nt, n * (me + 1) / nt - n * me / nt, ctx);
         }
         return;
     }
@@ -310,29 +310,105 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
     }
 }
 
+/* ---- weights read as two runs at once ----
+ * One thread streaming one run of weights through an 8-row kernel reads it
+ * slower than the same thread reading two runs far apart, 4 KiB of each in
+ * turn. A throwaway program over 1.2 GB of Q8_0 groups (one thread on the
+ * 2-core EPYC development machine, the variants alternating pass by pass):
+ * one run 26.0-26.9 GB/s, two runs in 4 KiB slices 29.4-30.7, two runs a
+ * whole 17 KiB group of each in turn 26.9-27.4. In decode (bench-ab,
+ * alternating token by token) two runs took Q8_0 / Q4_0 / Q4_1 steps 0.82 /
+ * 0.90 / 0.89 of the time at one thread and 0.92 / 0.97 / 0.96 at two;
+ * three or four runs were slower than two (Q8_0 1.11 and 1.13 at one
+ * thread), 2 and 8 KiB slices slower than 4 (1.03, 1.05). The K-quant
+ * kernels, whose arithmetic is at the read bandwidth already, went the
+ * other way (Q4_K / Q5_K / Q6_K 1.03 / 1.05 / 1.00 at one thread, 1.05 /
+ * 1.08 / 1.05 at two), so they read one run.
+ * So a thread walks the two halves of its groups side by side, slice by
+ * slice, and the feed-forward takes gate's and up's slices in turn. A
+ * slice's sums are added to the row's after the kernel, so the float
+ * additions are in another order than one pass over the row (rounding; the
+ * kernel tests bound it). PLUMB_WEIGHT_RUNS=1..4 sets the runs for every
+ * type, for comparisons (read at each product: bench-ab switches it). */
+enum { SLICE_BYTES = 4096, MAX_RUNS = 4 };
+
+typedef struct {
+    int runs;                /* runs read at once (1: one pass a group) */
+    int block_elems;         /* elements in a block */
+    int64_t blocks;          /* blocks in a row */
+    int64_t slice;           /* blocks in a slice */
+    size_t w_bytes, a_bytes; /* a block's bytes in a group of 8 rows, in the activations */
+} slicing;
+
+static slicing slicing_for(const plumb_matrix *W) {
+    const plumb_type_traits *t = plumb_type_get(W->type);
+    const char *e = getenv("PLUMB_WEIGHT_RUNS");
+    slicing s = {.runs = t->block_size == 32 ? 2 : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
+    if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
+    s.blocks = W->cols / t->block_size;
+    s.a_bytes = plumb_matmul_act_bytes(W->type, t->block_size, 1);
+    s.slice = SLICE_BYTES / (int64_t)s.w_bytes > 1 ? SLICE_BYTES / (int64_t)s.w_bytes : 1;
+    return s;
+}
+
+/* y[i] = group w[i] x act for i < runs, a slice of each in turn */
+static void dot8_runs(plumb_dot8_fn dot8, const slicing *s, int runs, const uint8_t *const *w, const uint8_t *act, float *const *y) {
+    float part[8];
+    for (int64_t b = 0; b < s->blocks; b += s->slice) {
+        const int n = (int)((s->blocks - b < s->slice ? s->blocks - b : s->slice) * s->block_elems);
+        const uint8_t *a = act + (size_t)b * s->a_bytes;
+        for (int i = 0; i < runs; i++) {
+            dot8(n, w[i] + (size_t)b * s->w_bytes, a, b ? part : y[i]);
+            if (b)
+                for (int r = 0; r < 8; r++) y[i][r] += part[r];
+        }
+    }
+}
+
 /* the three single-token loops over 8-row groups of repacked weights */
 typedef struct {
     plumb_dot8_fn dot8;
-    const plumb_matrix *const *W; /* up to 4 matrices of the same width, their groups one after another */
+    const plumb_matrix *const *W; /* up to 4 matrices of the same type and width, their groups one after another */
     int64_t first[5];             /* first group of each matrix */
     const void *act;
     float *const *y;
+    slicing s;
 } dot8_job;
+
+/* group g of the job's matrices: its weights and its 8 outputs */
+static const uint8_t *job_group(const dot8_job *j, int64_t g, float **y) {
+    int i = 0;
+    while (g >= j->first[i + 1]) i++;
+    const int64_t gi = g - j->first[i];
+    *y = j->y[i] + 8 * gi;
+    return packed_for_thread(j->W[i]) + (size_t)gi * 8 * j->W[i]->row_bytes;
+}
 
 static void dot8_items(int64_t first, int64_t count, void *ctx) {
     const dot8_job *j = ctx;
-    int i = 0;
-    for (int64_t g = first; g < first + count; g++) {
-        while (g >= j->first[i + 1]) i++;
-        const int64_t gi = g - j->first[i];
-        j->dot8((int)j->W[i]->cols, packed_for_thread(j->W[i]) + (size_t)gi * 8 * j->W[i]->row_bytes, j->act, j->y[i] + 8 * gi);
+    const int runs = j->s.runs;
+    const int64_t part = runs > 1 ? count / runs : 0; /* groups a run */
+    const uint8_t *w[MAX_RUNS];
+    float *y[MAX_RUNS];
+    for (int64_t g = first; g < first + part; g++) {
+        for (int i = 0; i < runs; i++) w[i] = job_group(j, g + i * part, &y[i]);
+        dot8_runs(j->dot8, &j->s, runs, w, j->act, y);
     }
+    for (int64_t g = first + runs * part; g < first + count; g++) {
+        w[0] = job_group(j, g, &y[0]);
+        j->dot8((int)j->s.blocks * j->s.block_elems, w[0], j->act, y[0]);
+    }
+}
+
+static void dot8_job_init(dot8_job *j, plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
+    *j = (dot8_job){.dot8 = dot8, .W = W, .act = act, .y = y, .s = slicing_for(W[0])};
+    for (int i = 0; i < nw; i++) j->first[i + 1] = j->first[i] + W[i]->rows / 8;
 }
 
 /* pre (or NULL): the activations' quantization, done in the same region */
 static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const prologue *pre) {
-    dot8_job j = {.dot8 = dot8, .W = W, .act = act, .y = y};
-    for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
+    dot8_job j;
+    dot8_job_init(&j, dot8, W, nw, act, y);
     for_items(j.first[nw], dot8_items, &j, pre);
 }
 
@@ -565,6 +641,7 @@ typedef struct {
     const void *act;
     float *out;
     void (*silu_mul)(int64_t n, const float *gate, const float *up, float *out);
+    slicing s; /* runs > 1: gate's and up's slices in turn */
 } swiglu_job;
 
 static void swiglu_items(int64_t first, int64_t count, void *ctx) {
@@ -572,8 +649,15 @@ static void swiglu_items(int64_t first, int64_t count, void *ctx) {
     const size_t group_bytes = 8 * j->gate->row_bytes;
     for (int64_t g = first; g < first + count; g++) {
         float g8[8], u8[8];
-        j->dot8((int)j->gate->cols, packed_for_thread(j->gate) + (size_t)g * group_bytes, j->act, g8);
-        j->dot8((int)j->up->cols, packed_for_thread(j->up) + (size_t)g * group_bytes, j->act, u8);
+        const uint8_t *wg = packed_for_thread(j->gate) + (size_t)g * group_bytes, *wu = packed_for_thread(j->up) + (size_t)g * group_bytes;
+        if (j->s.runs > 1) {
+            const uint8_t *w[2] = {wg, wu};
+            float *y[2] = {g8, u8};
+            dot8_runs(j->dot8, &j->s, 2, w, j->act, y);
+        } else {
+            j->dot8((int)j->gate->cols, wg, j->act, g8);
+            j->dot8((int)j->up->cols, wu, j->act, u8);
+        }
         j->silu_mul(8, g8, u8, j->out + 8 * g);
     }
 }
@@ -600,7 +684,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
     }
     quant_job q;
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
-    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul};
+    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul, slicing_for(gate)};
     for_items(ff / 8, swiglu_items, &j, &q.all);
 }
 
@@ -674,12 +758,12 @@ void plumb_quantize_act(uint32_t weight_type, const float *x, int64_t n, void *o
 }
 
 void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const plumb_prologue *pre) {
-    dot8_job j = {.dot8 = plumb_kernels_active()->dot8[W[0]->type], .W = W, .act = act, .y = y};
-    for (int i = 0; i < nw; i++) j.first[i + 1] = j.first[i] + W[i]->rows / 8;
+    dot8_job j;
+    dot8_job_init(&j, plumb_kernels_active()->dot8[W[0]->type], W, nw, act, y);
     team_items(tm, me, j.first[nw], dot8_items, &j, pre);
 }
 
 void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
-    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul};
+    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul, slicing_for(gate)};
     team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }

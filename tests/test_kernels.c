@@ -169,3 +169,50 @@ Test(kernels, repack_keeps_caller_memory) {
     plumb_dealloc((void *)m.packed);
     free(w); free(copy); free(row);
 }
+
+/* One token over repacked weights read as 1, 2, 3 or 4 runs at once
+ * (PLUMB_WEIGHT_RUNS): the same rows, up to the order of the float sums.
+ * Row lengths give several slices with a short last one (Q8_0: 47 blocks in
+ * slices of 15), and 11 groups leave groups over after the runs' halves. */
+Test(kernels, matmul_weight_runs_agree) {
+    const uint32_t types[] = {PLUMB_TYPE_Q8_0, PLUMB_TYPE_Q4_0, PLUMB_TYPE_Q4_1, PLUMB_TYPE_Q4_K, PLUMB_TYPE_Q5_K, PLUMB_TYPE_Q6_K};
+    const int rows = 88;
+    plumb_rng rng;
+    plumb_rng_seed(&rng, 13);
+    for (int ti = 0; ti < 6; ti++) {
+        const plumb_type_traits *t = plumb_type_get(types[ti]);
+        const int cols = t->block_size == 32 ? 32 * 47 : 256 * 7;
+        const size_t rb = plumb_type_row_bytes(types[ti], cols);
+        uint8_t *w[2] = {malloc(rb * rows), malloc(rb * rows)};
+        float *x = malloc(sizeof(float) * cols), *row = malloc(sizeof(float) * cols);
+        kc_random(x, cols, &rng, 1.0f);
+        plumb_matrix m[2];
+        for (int i = 0; i < 2; i++) {
+            for (int r = 0; r < rows; r++) { kc_random(row, cols, &rng, 0.2f); t->from_float(row, w[i] + (size_t)r * rb, cols); }
+            m[i] = (plumb_matrix){types[ti], rows, cols, rb, w[i], "m", NULL, 0, {NULL}};
+            plumb_matrix_repack(&m[i]);
+        }
+        if (!m[0].packed) cr_skip_test("the active kernel set (%s) keeps no repacked copy", plumb_kernels_active()->name);
+        void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, 1) + 64);
+        float y[4][2][88], sw[4][88], scratch[88];
+        for (int runs = 1; runs <= 4; runs++) {
+            char v[2] = {(char)('0' + runs), 0};
+            setenv("PLUMB_WEIGHT_RUNS", v, 1);
+            const plumb_matrix *mp[2] = {&m[0], &m[1]};
+            float *ys[2] = {y[runs - 1][0], y[runs - 1][1]};
+            plumb_matmul_n(mp, 2, x, 1, ys, act, 0);
+            plumb_matmul_swiglu(&m[0], &m[1], x, 1, sw[runs - 1], scratch, act, 0);
+        }
+        unsetenv("PLUMB_WEIGHT_RUNS");
+        for (int runs = 2; runs <= 4; runs++)
+            for (int r = 0; r < rows; r++) {
+                for (int i = 0; i < 2; i++) {
+                    const float want = y[0][i][r], got = y[runs - 1][i][r];
+                    cr_expect_float_eq(got, want, 1e-5f * (1 + fabsf(want)), "%s %d runs matrix %d row %d: %g vs %g", t->name, runs, i, r, got, want);
+                }
+                cr_expect_float_eq(sw[runs - 1][r], sw[0][r], 1e-5f * (1 + fabsf(sw[0][r])), "%s %d runs swiglu row %d", t->name, runs, r);
+            }
+        for (int i = 0; i < 2; i++) { plumb_dealloc((void *)m[i].packed); free(w[i]); }
+        free(x); free(row); free(act);
+    }
+}
