@@ -170,7 +170,7 @@ out:
     return rc;
 }
 
-int bench_paired_limit(plumb_model *m, const bench_config *cfg, int prefetch, bench_paired *out) {
+int bench_paired_limit(plumb_model *m, const bench_config *cfg, int loop, bench_paired *out) {
     const int P = cfg->n_prompt, G = cfg->n_gen;
     memset(out, 0, sizeof *out);
     if (G < 1 || P < 1) return plumb_set_error("paired limit: needs a prompt and generated tokens");
@@ -194,7 +194,7 @@ int bench_paired_limit(plumb_model *m, const bench_config *cfg, int prefetch, be
     if (plumb_eval(c, prompt, P, 0)) { rc = -1; goto out; }
     plumb_token tok = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));
     for (int g = 0; g < G; g++) {
-        const double read_s = plumb_read_pass_s(buf + part * ((size_t)g % n_parts), part, cfg->threads, prefetch);
+        const double read_s = plumb_read_pass_s(buf + part * ((size_t)g % n_parts), part, cfg->threads, loop);
         const double t0 = plumb_time_s();
         if (plumb_eval(c, &tok, 1, P + g)) { rc = -1; goto out; }
         tok = plumb_argmax(plumb_get_logits(c), plumb_n_vocab(m));

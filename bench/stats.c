@@ -36,18 +36,19 @@ plumb_stats plumb_stats_of(const double *v, int n) {
 
 /* 16-byte vector loads (SSE2 / NEON width, so any build of the bench runs
  * them) into four independent accumulators, so the loop is bound by memory,
- * not by load issue; with or without software prefetch 2 KiB ahead, as the
- * kernels do. Which is faster depends on the machine (on the 2-core EPYC
- * development host the hardware prefetchers alone read ~5% more), and the
- * limit is the faster one: the readers' best, not ours. */
+ * not by load issue. Four loops: with or without software prefetch 2 KiB
+ * ahead, as the kernels do, and each thread reading its share as one run or
+ * as two runs (its two halves, 4 KiB of each in turn), as the kernels read
+ * Q8_0/Q4_0/Q4_1 groups. Which is fastest depends on the machine (on the
+ * 2-core EPYC development host the hardware prefetchers alone read ~5% more
+ * than with prefetch), and the limit is the fastest one: the readers' best,
+ * not ours. */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
 
-/* one thread's share of a read pass, in an enclosing parallel region;
- * inlined with prefetch a constant, so each loop is written once */
-static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, size_t vecs, const int prefetch) {
+/* vectors [lo, hi) (a multiple of 4 apart) */
+static inline __attribute__((always_inline)) v2u64 read_span(const v2u64 *v, size_t lo, size_t hi, const int prefetch) {
     v2u64 a = {0, 0}, b = a, c = a, d = a;
-#pragma omp for schedule(static)
-    for (size_t i = 0; i < vecs; i += 4) {
+    for (size_t i = lo; i < hi; i += 4) {
         if (prefetch) __builtin_prefetch(&v[i] + 128, 0, 3);
         a ^= v[i];
         b ^= v[i + 1];
@@ -57,19 +58,42 @@ static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, si
     return a ^ b ^ c ^ d;
 }
 
-static uint64_t read_loop(const v2u64 *v, size_t vecs, int n_threads, int prefetch) {
+/* one thread's share of a read pass, in an enclosing parallel region;
+ * inlined with the loop a constant, so each loop is written once */
+static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, size_t vecs, const int loop) {
+    const int prefetch = loop & PLUMB_READ_PREFETCH;
+    const size_t me = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads(), quads = vecs / 4;
+    const size_t lo = quads * me / nt * 4, hi = quads * (me + 1) / nt * 4;
+    if (!(loop & PLUMB_READ_TWO_RUNS)) return read_span(v, lo, hi, prefetch);
+    const size_t half = (hi - lo) / 8 * 4, slice = 4096 / sizeof(v2u64);
+    v2u64 r = {0, 0};
+    for (size_t i = 0; i < half; i += slice) {
+        const size_t n = half - i < slice ? half - i : slice;
+        r ^= read_span(v, lo + i, lo + i + n, prefetch);
+        r ^= read_span(v, lo + half + i, lo + half + i + n, prefetch);
+    }
+    return r ^ read_span(v, lo + 2 * half, hi, prefetch);
+}
+
+static uint64_t read_loop(const v2u64 *v, size_t vecs, int n_threads, int loop) {
     uint64_t total = 0;
 #pragma omp parallel num_threads(n_threads) reduction(^ : total)
     {
-        const v2u64 r = prefetch ? read_share(v, vecs, 1) : read_share(v, vecs, 0);
+        v2u64 r;
+        switch (loop) {
+        case 0: r = read_share(v, vecs, 0); break;
+        case PLUMB_READ_PREFETCH: r = read_share(v, vecs, PLUMB_READ_PREFETCH); break;
+        case PLUMB_READ_TWO_RUNS: r = read_share(v, vecs, PLUMB_READ_TWO_RUNS); break;
+        default: r = read_share(v, vecs, PLUMB_READ_PREFETCH | PLUMB_READ_TWO_RUNS); break;
+        }
         total ^= r[0] ^ r[1];
     }
     return total;
 }
 
-double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int prefetch) {
+double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int loop) {
     const double t0 = plumb_time_s();
-    const uint64_t total = read_loop(buf, bytes / sizeof(v2u64) / 4 * 4, n_threads, prefetch);
+    const uint64_t total = read_loop(buf, bytes / sizeof(v2u64) / 4 * 4, n_threads, loop);
     const double dt = plumb_time_s() - t0;
     static volatile uint64_t sink;
     sink += total; /* the loads are used */
@@ -85,16 +109,17 @@ void *plumb_read_buffer(size_t bytes, int n_threads) {
     return buf;
 }
 
-double plumb_measure_read_bandwidth(int n_threads, int *prefetch_faster) {
+double plumb_measure_read_bandwidth(int n_threads, int *fastest_loop) {
     const size_t n = (size_t)2048 << 20; /* 2 GiB: far beyond any cache (L3s of 508 MiB exist) */
     void *buf = plumb_read_buffer(n, n_threads);
     if (!buf) return 0;
     double best = 0;
-    for (int pass = 0; pass < 6; pass++) { /* with and without prefetch in turn */
-        const double bw = (double)n / plumb_read_pass_s(buf, n, n_threads, pass & 1);
+    for (int pass = 0; pass < 2 * PLUMB_READ_LOOPS; pass++) { /* each loop twice, in turn */
+        const int loop = pass % PLUMB_READ_LOOPS;
+        const double bw = (double)n / plumb_read_pass_s(buf, n, n_threads, loop);
         if (bw > best) {
             best = bw;
-            if (prefetch_faster) *prefetch_faster = pass & 1;
+            if (fastest_loop) *fastest_loop = loop;
         }
     }
     free(buf);

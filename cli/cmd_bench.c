@@ -294,15 +294,15 @@ int cmd_bench(int argc, char **argv) {
                     const int all_gpu = cuda && r.gpu_layers == plumb_model_hparams(m)->n_layer;
                     const size_t peak_run = plumb_peak_rss_now();
                     const double rss = (double)(peak_run > load_peak ? peak_run : load_peak) / 1048576.0;
-                    int prefetch_faster = 0; /* the paired limit's read loop: the one that gave bw_after */
-                    const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti], &prefetch_faster);
+                    int read_loop = 0; /* the paired limit's read loop: the one that gave bw_after */
+                    const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti], &read_loop);
                     if (!cuda) plumb_peak_rss_reset();
                     /* the same decode again, each token beside a read pass of its bytes (not in the
                      * run's figures: the passes push the weights out of the caches) */
                     bench_paired pr = {0};
                     char paired_s[48] = "-";
                     if (!cuda && batches[bi] == 1 && paired) {
-                        if (bench_paired_limit(m, &cfg, prefetch_faster, &pr)) {
+                        if (bench_paired_limit(m, &cfg, read_loop, &pr)) {
                             fprintf(stderr, "bench: %s threads %d: paired limit: %s\n", v->path, threads[ti], plumb_last_error());
                             failures++;
                         } else
