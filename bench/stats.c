@@ -36,14 +36,18 @@ plumb_stats plumb_stats_of(const double *v, int n) {
 
 /* 16-byte vector loads (SSE2 / NEON width, so any build of the bench runs
  * them) into four independent accumulators, so the loop is bound by memory,
- * not by load issue. Four loops: with or without software prefetch 2 KiB
- * ahead, as the kernels do, and each thread reading its share as one run or
- * as two runs (its two halves, 4 KiB of each in turn), as the kernels read
- * Q8_0/Q4_0/Q4_1 groups. Which is fastest depends on the machine (on the
- * 2-core EPYC development host the hardware prefetchers alone read ~5% more
- * than with prefetch), and the limit is the fastest one: the readers' best,
- * not ours. */
+ * not by load issue. Four loops: one run per thread without and with
+ * software prefetch 2 KiB ahead, and with prefetch each thread's share read
+ * as two or four runs at once (its halves or quarters, 4 KiB of each in
+ * turn), as the kernels read Q8_0/Q4_0/Q4_1 groups as two. Which is fastest
+ * depends on the machine and the moment: on the 2-core EPYC development
+ * host, nine passes of each over 2 GiB, medians at one thread 33.5 / 35.4 /
+ * 38.4 GB/s for one / two / four runs (one run with prefetch ~5% below one
+ * without), at two threads 53.2 / 60.7 / 54.1. The limit is the fastest: the
+ * readers' best, not ours. */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
+
+static const struct { int runs, prefetch; } read_loops[PLUMB_READ_LOOPS] = {{1, 0}, {1, 1}, {2, 1}, {4, 1}};
 
 /* vectors [lo, hi) (a multiple of 4 apart) */
 static inline __attribute__((always_inline)) v2u64 read_span(const v2u64 *v, size_t lo, size_t hi, const int prefetch) {
@@ -59,20 +63,17 @@ static inline __attribute__((always_inline)) v2u64 read_span(const v2u64 *v, siz
 }
 
 /* one thread's share of a read pass, in an enclosing parallel region;
- * inlined with the loop a constant, so each loop is written once */
-static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, size_t vecs, const int loop) {
-    const int prefetch = loop & PLUMB_READ_PREFETCH;
+ * inlined with runs and prefetch constants, so each loop is written once */
+static inline __attribute__((always_inline)) v2u64 read_share(const v2u64 *v, size_t vecs, const int runs, const int prefetch) {
     const size_t me = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads(), quads = vecs / 4;
     const size_t lo = quads * me / nt * 4, hi = quads * (me + 1) / nt * 4;
-    if (!(loop & PLUMB_READ_TWO_RUNS)) return read_span(v, lo, hi, prefetch);
-    const size_t half = (hi - lo) / 8 * 4, slice = 4096 / sizeof(v2u64);
+    const size_t part = (hi - lo) / (4 * (size_t)runs) * 4, slice = 4096 / sizeof(v2u64);
     v2u64 r = {0, 0};
-    for (size_t i = 0; i < half; i += slice) {
-        const size_t n = half - i < slice ? half - i : slice;
-        r ^= read_span(v, lo + i, lo + i + n, prefetch);
-        r ^= read_span(v, lo + half + i, lo + half + i + n, prefetch);
+    for (size_t i = 0; runs > 1 && i < part; i += slice) {
+        const size_t n = part - i < slice ? part - i : slice;
+        for (int k = 0; k < runs; k++) r ^= read_span(v, lo + k * part + i, lo + k * part + i + n, prefetch);
     }
-    return r ^ read_span(v, lo + 2 * half, hi, prefetch);
+    return r ^ read_span(v, runs > 1 ? lo + runs * part : lo, hi, prefetch); /* one run: all of it */
 }
 
 static uint64_t read_loop(const v2u64 *v, size_t vecs, int n_threads, int loop) {
@@ -81,14 +82,19 @@ static uint64_t read_loop(const v2u64 *v, size_t vecs, int n_threads, int loop) 
     {
         v2u64 r;
         switch (loop) {
-        case 0: r = read_share(v, vecs, 0); break;
-        case PLUMB_READ_PREFETCH: r = read_share(v, vecs, PLUMB_READ_PREFETCH); break;
-        case PLUMB_READ_TWO_RUNS: r = read_share(v, vecs, PLUMB_READ_TWO_RUNS); break;
-        default: r = read_share(v, vecs, PLUMB_READ_PREFETCH | PLUMB_READ_TWO_RUNS); break;
+        case 0: r = read_share(v, vecs, read_loops[0].runs, read_loops[0].prefetch); break;
+        case 1: r = read_share(v, vecs, read_loops[1].runs, read_loops[1].prefetch); break;
+        case 2: r = read_share(v, vecs, read_loops[2].runs, read_loops[2].prefetch); break;
+        default: r = read_share(v, vecs, read_loops[3].runs, read_loops[3].prefetch); break;
         }
         total ^= r[0] ^ r[1];
     }
     return total;
+}
+
+const char *plumb_read_loop_name(int loop) {
+    static const char *names[PLUMB_READ_LOOPS] = {"one run", "one run, prefetch", "two runs, prefetch", "four runs, prefetch"};
+    return loop >= 0 && loop < PLUMB_READ_LOOPS ? names[loop] : "?";
 }
 
 double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int loop) {

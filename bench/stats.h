@@ -9,9 +9,11 @@ typedef struct { double median, min, max, mean, p90, p99; int n; double p10; } p
 
 /* median, min, max, mean and the 10th/90th/99th percentiles (linear interpolation) */
 plumb_stats plumb_stats_of(const double *v, int n);
-/* The read loops the bandwidth is measured with: a loop is 0 or these bits
- * (software prefetch; each thread's share read as two runs at once). */
-enum { PLUMB_READ_PREFETCH = 1, PLUMB_READ_TWO_RUNS = 2, PLUMB_READ_LOOPS = 4 };
+/* The bandwidth is measured with PLUMB_READ_LOOPS read loops, 0 .. LOOPS-1:
+ * one run a thread, without and with software prefetch; two and four runs
+ * a thread at once, with prefetch. Their names, for records: */
+enum { PLUMB_READ_LOOPS = 4 };
+const char *plumb_read_loop_name(int loop);
 /* Bytes/s reading a buffer much larger than the caches with n_threads
  * threads: the best of eight passes, each loop twice in turn;
  * *fastest_loop (when not NULL): the loop of that best pass. */

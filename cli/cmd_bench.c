@@ -338,6 +338,7 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(run, "weight_bytes_per_token", json_integer((json_int_t)bpt));
                     json_object_set_new(run, "decode_limit_tps", json_real(limit));
                     if (!cuda) json_object_set_new(run, "read_bandwidth_gbs_before_after", json_pack("[f,f]", bw_before / 1e9, bw_after / 1e9));
+                    if (!cuda) json_object_set_new(run, "read_loop_after", json_string(plumb_read_loop_name(read_loop)));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));
                     if (pr.n) {
                         json_t *pj = json_pack("{s:i,s:o,s:f,s:f}", "pairs", pr.n, "fraction_of_limit", stats_json(&pr.fraction),
