@@ -36,17 +36,20 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out);
  * each token: cfg's prompt, then cfg->n_gen greedy steps on the CPU, each
  * right after one read pass, with the same threads, over as many bytes as a
  * token reads (a part of a buffer of 2 GiB or more whose parts are read in
- * turn, so no part is still cached; with the read loop `loop`, the
- * fastest by plumb_measure_read_bandwidth). Each
- * pair gives read time / token time: the token's speed as a fraction of the
- * limit at that moment. */
+ * turn, so no part is still cached). The passes take the read loops of
+ * plumb_measure_read_bandwidth in turn, token by token, and the figures are
+ * those of the loop whose passes read fastest (median): which loop is
+ * fastest changes with the machine and the moment, and a slow loop would
+ * flatter the decode. Each pair gives read time / token time: the token's
+ * speed as a fraction of the limit at that moment. */
 typedef struct {
-    int n;                 /* pairs */
+    int n;                 /* pairs of the fastest loop */
+    int loop;              /* that loop */
     plumb_stats fraction;  /* read pass time / token time */
     plumb_stats token_ms, read_gbs;
 } bench_paired;
 
-int bench_paired_limit(plumb_model *m, const bench_config *cfg, int loop, bench_paired *out);
+int bench_paired_limit(plumb_model *m, const bench_config *cfg, bench_paired *out);
 
 typedef struct {
     int n;               /* positions compared */

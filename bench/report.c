@@ -25,7 +25,8 @@ int bench_write_markdown(json_t *r, const char *path) {
     fprintf(fp, "- measured read bandwidth: %.1f GB/s at the start, all threads (each measurement the fastest of four read loops: one run a thread "
                 "with and without software prefetch, two and four runs at once with it); a CPU run's decode limit is the mean of the bandwidth measured just "
                 "before and just after it at its thread count (column 'read GB/s'), divided by the weight bytes read per token; 'paired' is the same "
-                "decode again with a read pass (the loop that gave 'after') over one token's bytes before each token: median [p10-p90] of read time / token time\n",
+                "decode again with a read pass over one token's bytes before each token, the four loops in turn: median [p10-p90] of read time / token time "
+                "over the tokens of the loop that read fastest\n",
             num(m, "read_bandwidth_gbs"));
     fprintf(fp, "- concurrency %d; %d generated tokens per request, no early stop; %d measured reps after %d warm-up; prompt: %s\n\n",
             (int)num(s, "concurrency"), (int)num(s, "max_output_tokens"), (int)num(s, "reps"), (int)num(s, "warmup"), str(s, "prompt"));

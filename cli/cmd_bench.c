@@ -294,7 +294,7 @@ int cmd_bench(int argc, char **argv) {
                     const int all_gpu = cuda && r.gpu_layers == plumb_model_hparams(m)->n_layer;
                     const size_t peak_run = plumb_peak_rss_now();
                     const double rss = (double)(peak_run > load_peak ? peak_run : load_peak) / 1048576.0;
-                    int read_loop = 0; /* the paired limit's read loop: the one that gave bw_after */
+                    int read_loop = 0; /* the loop that gave bw_after */
                     const double bw_after = cuda ? 0 : plumb_measure_read_bandwidth(threads[ti], &read_loop);
                     if (!cuda) plumb_peak_rss_reset();
                     /* the same decode again, each token beside a read pass of its bytes (not in the
@@ -302,7 +302,7 @@ int cmd_bench(int argc, char **argv) {
                     bench_paired pr = {0};
                     char paired_s[48] = "-";
                     if (!cuda && batches[bi] == 1 && paired) {
-                        if (bench_paired_limit(m, &cfg, read_loop, &pr)) {
+                        if (bench_paired_limit(m, &cfg, &pr)) {
                             fprintf(stderr, "bench: %s threads %d: paired limit: %s\n", v->path, threads[ti], plumb_last_error());
                             failures++;
                         } else
@@ -341,8 +341,8 @@ int cmd_bench(int argc, char **argv) {
                     if (!cuda) json_object_set_new(run, "read_loop_after", json_string(plumb_read_loop_name(read_loop)));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));
                     if (pr.n) {
-                        json_t *pj = json_pack("{s:i,s:o,s:f,s:f}", "pairs", pr.n, "fraction_of_limit", stats_json(&pr.fraction),
-                                               "token_ms_median", pr.token_ms.median, "read_gbs_median", pr.read_gbs.median);
+                        json_t *pj = json_pack("{s:i,s:s,s:o,s:f,s:f}", "pairs", pr.n, "read_loop", plumb_read_loop_name(pr.loop), "fraction_of_limit",
+                                               stats_json(&pr.fraction), "token_ms_median", pr.token_ms.median, "read_gbs_median", pr.read_gbs.median);
                         json_object_set_new(run, "paired_limit", pj);
                     }
                     json_array_append_new(runs, run);
