@@ -317,14 +317,18 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
  * 2-core EPYC development machine, the variants alternating pass by pass):
  * one run 26.0-26.9 GB/s, two runs in 4 KiB slices 29.4-30.7, two runs a
  * whole 17 KiB group of each in turn 26.9-27.4. In decode (bench-ab,
- * alternating token by token) two runs took Q8_0 / Q4_0 / Q4_1 steps 0.82 /
- * 0.90 / 0.89 of the time at one thread and 0.92 / 0.97 / 0.96 at two;
- * three or four runs were slower than two (Q8_0 1.11 and 1.13 at one
+ * alternating token by token, the AVX-512 kernels) two runs took Q8_0 /
+ * Q4_0 / Q4_1 steps 0.82 / 0.90 / 0.89 of the time at one thread and 0.92 /
+ * 0.97 / 0.96 at two (later, on a busier host, Q8_0 0.91 and Q4_0 0.94 at
+ * one); three or four runs were slower than two (Q8_0 1.11 and 1.13 at one
  * thread), 2 and 8 KiB slices slower than 4 (1.03, 1.05). The K-quant
- * kernels, whose arithmetic is at the read bandwidth already, went the
- * other way (Q4_K / Q5_K / Q6_K 1.03 / 1.05 / 1.00 at one thread, 1.05 /
- * 1.08 / 1.05 at two), so they read one run.
- * So a thread walks the two halves of its groups side by side, slice by
+ * kernels, whose arithmetic is near the read bandwidth at one thread, did
+ * not gain (three times each, at one and two threads: Q4_K 0.96-0.98 and
+ * 1.03-1.05, Q5_K 1.02-1.07 and 1.09; Q6_K 0.98-1.36), nor did the AVX2
+ * kernels on that machine (Q4_0 1.07, Q4_K 1.04, Q6_K 1.23 at one thread):
+ * there the slices' extra calls cost more than the reads gain. So each
+ * kernel table says which types read two runs (plumb_kernels.dot8_runs).
+ * A thread walks the two halves of its groups side by side, slice by
  * slice, and the feed-forward takes gate's and up's slices in turn. A
  * slice's sums are added to the row's after the kernel, so the float
  * additions are in another order than one pass over the row (rounding; the
@@ -340,11 +344,12 @@ typedef struct {
     size_t w_bytes, a_bytes; /* a block's bytes in a group of 8 rows, in the activations */
 } slicing;
 
-static slicing slicing_for(const plumb_matrix *W) {
+static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W) {
     const plumb_type_traits *t = plumb_type_get(W->type);
     const char *e = getenv("PLUMB_WEIGHT_RUNS");
-    slicing s = {.runs = t->block_size == 32 ? 2 : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
+    slicing s = {.runs = k->dot8_runs[W->type] ? k->dot8_runs[W->type] : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
     if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
+    if (s.runs > MAX_RUNS) s.runs = MAX_RUNS;
     s.blocks = W->cols / t->block_size;
     s.a_bytes = plumb_matmul_act_bytes(W->type, t->block_size, 1);
     s.slice = SLICE_BYTES / (int64_t)s.w_bytes > 1 ? SLICE_BYTES / (int64_t)s.w_bytes : 1;
@@ -400,15 +405,15 @@ static void dot8_items(int64_t first, int64_t count, void *ctx) {
     }
 }
 
-static void dot8_job_init(dot8_job *j, plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
-    *j = (dot8_job){.dot8 = dot8, .W = W, .act = act, .y = y, .s = slicing_for(W[0])};
+static void dot8_job_init(dot8_job *j, const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
+    *j = (dot8_job){.dot8 = k->dot8[W[0]->type], .W = W, .act = act, .y = y, .s = slicing_for(k, W[0])};
     for (int i = 0; i < nw; i++) j->first[i + 1] = j->first[i] + W[i]->rows / 8;
 }
 
 /* pre (or NULL): the activations' quantization, done in the same region */
-static void dot8_groups(plumb_dot8_fn dot8, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const prologue *pre) {
+static void dot8_groups(const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const prologue *pre) {
     dot8_job j;
-    dot8_job_init(&j, dot8, W, nw, act, y);
+    dot8_job_init(&j, k, W, nw, act, y);
     for_items(j.first[nw], dot8_items, &j, pre);
 }
 
@@ -524,7 +529,7 @@ void plumb_matmul(const plumb_matrix *W, const float *x, int n_tok, float *y, vo
         if (n_tok == 1) {
             quant_job q;
             quant_job_init(&q, k, W->type, x, act_buf, cols);
-            dot8_groups(dot8, &W, 1, act_buf, &y, &q.all);
+            dot8_groups(k, &W, 1, act_buf, &y, &q.all);
             return;
         }
 #pragma omp parallel for schedule(static)
@@ -632,7 +637,7 @@ void plumb_matmul_n(const plumb_matrix *const *W, int nw, const float *x, int n_
     }
     quant_job q;
     quant_job_init(&q, k, W[0]->type, x, act_buf, W[0]->cols);
-    dot8_groups(k->dot8[W[0]->type], W, nw, act_buf, y, &q.all);
+    dot8_groups(k, W, nw, act_buf, y, &q.all);
 }
 
 typedef struct {
@@ -684,7 +689,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
     }
     quant_job q;
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
-    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul, slicing_for(gate)};
+    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul, slicing_for(k, gate)};
     for_items(ff / 8, swiglu_items, &j, &q.all);
 }
 
@@ -759,11 +764,11 @@ void plumb_quantize_act(uint32_t weight_type, const float *x, int64_t n, void *o
 
 void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const plumb_prologue *pre) {
     dot8_job j;
-    dot8_job_init(&j, plumb_kernels_active()->dot8[W[0]->type], W, nw, act, y);
+    dot8_job_init(&j, plumb_kernels_active(), W, nw, act, y);
     team_items(tm, me, j.first[nw], dot8_items, &j, pre);
 }
 
 void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
-    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul, slicing_for(gate)};
+    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul, slicing_for(plumb_kernels_active(), gate)};
     team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }
