@@ -41,10 +41,11 @@ plumb_stats plumb_stats_of(const double *v, int n) {
  * as two or four runs at once (its halves or quarters, 4 KiB of each in
  * turn), as the kernels read Q8_0/Q4_0/Q4_1 groups as two. Which is fastest
  * depends on the machine and the moment: on the 2-core EPYC development
- * host, nine passes of each over 2 GiB, medians at one thread 33.5 / 35.4 /
- * 38.4 GB/s for one / two / four runs (one run with prefetch ~5% below one
- * without), at two threads 53.2 / 60.7 / 54.1. The limit is the fastest: the
- * readers' best, not ours. */
+ * host, nine passes of each over 2 GiB (bench/results/s21-cpu/throwaway),
+ * medians at one thread 31.6 / 34.7 / 37.5 GB/s for one / two / four runs,
+ * at two threads 57.7 / 66.0 / 71.2, and in another minute 33.5 / 35.4 /
+ * 38.4 and 53.2 / 60.7 / 54.1; one run with prefetch read 5-11% less than
+ * without. The limit is the fastest: the readers' best, not ours. */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
 
 static const struct { int runs, prefetch; } read_loops[PLUMB_READ_LOOPS] = {{1, 0}, {1, 1}, {2, 1}, {4, 1}};

@@ -314,9 +314,10 @@ static void for_items(int64_t n, void (*body)(int64_t first, int64_t count, void
  * One thread streaming one run of weights through an 8-row kernel reads it
  * slower than the same thread reading two runs far apart, 4 KiB of each in
  * turn. A throwaway program over 1.2 GB of Q8_0 groups (one thread on the
- * 2-core EPYC development machine, the variants alternating pass by pass):
- * one run 26.0-26.9 GB/s, two runs in 4 KiB slices 29.4-30.7, two runs a
- * whole 17 KiB group of each in turn 26.9-27.4. In decode (bench-ab,
+ * 2-core EPYC development machine, the variants alternating pass by pass;
+ * bench/results/s21-cpu/throwaway): one run 29.0 GB/s, two runs in 4 KiB
+ * slices 33.7, two runs a whole 17 KiB group of each in turn 30.3 (earlier
+ * runs: 26.0-26.9, 29.4-30.7, 26.9-27.4). In decode (bench-ab,
  * alternating token by token, the AVX-512 kernels) two runs took Q8_0 /
  * Q4_0 / Q4_1 steps 0.82 / 0.90 / 0.89 of the time at one thread and 0.92 /
  * 0.97 / 0.96 at two (later, on a busier host, Q8_0 0.91 and Q4_0 0.94 at
