@@ -74,6 +74,14 @@
 #          tune (33-64-token steps: each matrix's GEMM tile timed at load) and auto: KL against the CPU (synthetic TinyLlama
 #          Q4_0/Q8_0, chunks 64 and 100, each setting; 7B chunks of 64 ATT_MINB 3 against 4), then 7B Q4_0 batch 8/64 with
 #          each setting in turn, twice, and per-kernel times of batch-64 steps with the default and 256
+#   ropeatt  RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) against a thread per value (the default),
+#          one-token steps doing them inside the attention (PLUMB_CUDA_ROPE=attention+pairs), and the tensor-core attention
+#          prefetching its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1): greedy ids of each setting against the
+#          default's (real models, synthetic TinyLlama and 7B Q4_0; one-token steps: the same bits), KL against the CPU (synthetic TinyLlama Q4_0/Q8_0, chunks 8/64, each setting), the
+#          7B file's logits of each setting against the default's on the GPU (pairs: the same bits), then 7B Q4_0
+#          batch 1/8/64 (prefetch: 64; attention: 1) with each setting in turn, twice, per-kernel times of batch-64 and
+#          batch-1 steps, and a batch-1
+#          step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
@@ -450,6 +458,55 @@ tune)
         env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality 2>&1 |
             grep -E "plumb-cuda:|rror"
     done 2>&1 | tee "$OUT/tune-kprof.txt"
+    ;;
+ropeatt)
+    SETTINGS="X=default PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_ROPE=attention+pairs"
+    {
+        for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)" "$(model llama2-7b q4_0)"; do
+            $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
+            for v in $SETTINGS; do
+                env $v $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
+                echo "-- $(basename "$m") greedy ids, $v against the default: $(cmp -s "$OUT/ids-default.txt" "$OUT/ids-v.txt" && [ -s "$OUT/ids-v.txt" ] && echo identical || echo DIFFER)"
+            done
+        done
+        for ty in q4_0 q8_0; do
+            m=$(model tinyllama-1.1b $ty)
+            for c in 8 64; do
+                for v in $SETTINGS; do echo "-- TinyLlama $ty -c $c, $v: $(env $v compare_line "$m" $c)"; done
+            done
+        done
+        m=$(model llama2-7b q4_0)
+        $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all --kl-base "$OUT/ropeatt-7b-base.bin" >/dev/null 2>&1
+        for v in $SETTINGS; do
+            echo "-- 7B -c 64, $v against the default on the GPU: $(env $v $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all \
+                --kl "$OUT/ropeatt-7b-base.bin" 2>&1 | grep -E "KL|top|max|rror" | tr '\n' ' ')"
+        done
+    } 2>&1 | tee "$OUT/ropeatt-check.txt"
+    m=$(model llama2-7b q4_0)
+    for r in 1 2; do
+        for v in $SETTINGS; do
+            b=1,8,64
+            [ "$v" = PLUMB_CUDA_ATT_PREFETCH=1 ] && b=64
+            [ "$v" = PLUMB_CUDA_ROPE=attention+pairs ] && b=1
+            echo "== 7B $v round $r"
+            env $v $P bench -m "$m" --backends cuda --ngl all -t $T --batch $b -p 128 -n 32 --reps 3 --no-quality \
+                -o "$OUT/ropeatt-$r-$(echo $v | tr -c 'a-zA-Z0-9' '_')" 2>&1 | grep -E "^\| |rror"
+        done
+    done 2>&1 | tee "$OUT/ropeatt-speed.txt"
+    for v in X=default PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1; do
+        echo "== kernels of 7B batch-64 steps, $v"
+        env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality 2>&1 |
+            grep -E "plumb-cuda:|rror"
+    done 2>&1 | tee "$OUT/ropeatt-kprof.txt"
+    for v in X=default PLUMB_CUDA_ROPE=attention+pairs; do
+        echo "== kernels of 7B batch-1 steps, $v"
+        env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 16 --reps 1 --warmup 0 --no-quality 2>&1 |
+            grep -E "plumb-cuda:|rror"
+    done 2>&1 | tee -a "$OUT/ropeatt-kprof.txt"
+    for sk in products others; do
+        echo "== 7B batch 1, PLUMB_CUDA_SKIP=$sk"
+        PLUMB_CUDA_SKIP=$sk $P bench -m "$m" --backends cuda --ngl all -t $T --batch 1 -p 128 -n 32 --reps 3 --no-quality 2>&1 | grep -E "^\| |rror"
+    done 2>&1 | tee "$OUT/ropeatt-skip.txt"
     ;;
 rows)
     for ty in q4_0 q8_0; do

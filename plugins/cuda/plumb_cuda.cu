@@ -166,6 +166,9 @@ struct handle {
     int wg_tma;                                // the wgmma GEMM loads its slices by TMA (PLUMB_CUDA_WG_LOAD=tma|copies)
     int att_mma;                               // attention of many sequences on tensor cores (PLUMB_CUDA_ATT=mma|simt)
     int att_minb;                              // ... its blocks a multiprocessor by registers (PLUMB_CUDA_ATT_MINB=3|4, default 4)
+    int att_prefetch;                          // the tensor-core attention prefetches its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1; default 0)
+    int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
+    int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1711,6 +1714,13 @@ __global__ void k_rope_table(const int *pos, int n, int half_rot, float base, fl
     rope_angle(pos[i / half_rot], i % half_rot, half_rot, base, cs + i, sn + i);
 }
 
+// What an attention kernel needs to do k_rope_kv's work itself (ROPE): the
+// layer's q/k/v biases (or NULL), the step's rotary table, n_rot, NeoX pairs.
+struct rope_in {
+    const float *bias, *cs, *sn;
+    int n_rot, neox;
+};
+
 // Where position p of a sequence (its block table tab) starts in a layer's
 // keys or values: the paged cache is [block][layer][kv_block][kv_dim].
 __device__ __forceinline__ size_t kv_slot(const int *tab, int p, int layer, int n_layers, int kv_block, int kv_dim) {
@@ -1752,6 +1762,44 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
     else vp[slot + idx - qd - kv_dim] = __float2half(out);
 }
 
+// k_rope_kv's work with a thread per rotation pair (PLUMB_CUDA_ROPE=pairs;
+// opt-in until timed on a GPU): k_rope_kv gives each value a thread that also reads its
+// partner, so every value (and, after a split-K product, each of its partial
+// sums) is read twice, and a block waits at a barrier before q is rotated in
+// place. Here thread p of a head reads pair p's two values once, turns them
+// by the same expressions (the same bits) and writes both; the values RoPE
+// leaves alone (v heads, q/k past n_rot) go in a loop over the head's
+// threads. tph threads a head (n_rot / 2 rounded up to a warp), the block's
+// heads side by side. grid (n, ceil((n_head + 2 n_head_kv) / heads a block)).
+__global__ void k_rope_kv_pairs(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
+                                const float *__restrict__ sn, const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table,
+                                int max_blocks, int n_head, int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp,
+                                int layer, int n_layers, int kv_block, int tph, psum ps) {
+    pdl_trigger();
+    pdl_wait();
+    const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / tph) + threadIdx.x / tph, p = threadIdx.x % tph;
+    const int kv_dim = n_head_kv * hd, qd = n_head * hd, half = n_rot / 2;
+    if (h >= n_head + 2 * n_head_kv) return;
+    float *row = qkv + (size_t)t * ldq;
+    auto at = [&](int c) { return (ps.p ? psum1(ps, row[c], t, c) : row[c]) + (bias ? bias[c] : 0.0f); };
+    const size_t slot = h < n_head ? 0 : kv_slot(table + seq[t] * max_blocks, pos[t], layer, n_layers, kv_block, kv_dim);
+    auto put = [&](int i, float out) { // value i of head h: q in place, k and v (F16) into the token's cache slot
+        const int idx = h * hd + i;
+        if (h < n_head) row[idx] = out;
+        else if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
+        else vp[slot + idx - qd - kv_dim] = __float2half(out);
+    };
+    const int turned = h < n_head + n_head_kv; // q or k
+    if (turned && p < half) { // pair p: (a, b) turns by the angle of pair p
+        const int ia = neox ? p : 2 * p, ib = neox ? p + half : 2 * p + 1;
+        const float a = at(h * hd + ia), b = at(h * hd + ib);
+        const float c = cs[(size_t)t * half + p], s = sn[(size_t)t * half + p];
+        put(ia, a * c - b * s);
+        put(ib, a * s + b * c); // (k_rope_kv's pv * s + v * c with v = b, pv = a)
+    }
+    for (int i = (turned ? n_rot : 0) + p; i < hd; i += tph) put(i, at(h * hd + i));
+}
+
 // One warp writes one 32-value block of activations (lane = value): int8
 // quants with scale and scale x sum, and/or F16.
 __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k, int fmt, int8_t *aq, float2 *ad, __half *ah) {
@@ -1779,14 +1827,21 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
 // cover the GPU (decode of one or a few sequences: each warp's chain of
 // dependent loads is then 4 times shorter). NP = 8 (16-warp blocks:
 // PLUMB_CUDA_ATT_NP=4 was the earlier choice, kept for A/B runs).
-template <int E, int HG, int W, int NP, bool EARLY>
+//
+// With ROPE (a decode step of one token: PLUMB_CUDA_ROPE=attention), the
+// block also does k_rope_kv's work for its heads once the product before it
+// is done: bias and RoPE on this token's q (into shared memory) and on its k
+// of head kvh, k and v into the cache slot, and the newest position's key and
+// value read back from shared memory (the cache may be read through the
+// non-coherent path), so no kernel runs between the q/k/v product and this.
+template <int E, int HG, int W, int NP, bool EARLY, bool ROPE>
 __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
                                                    const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
-                                                   float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+                                                   float *out, int fmt, int8_t *aq, float2 *ad, __half *ah, rope_in ri) {
     constexpr int E2 = (E + 1) / 2;
     pdl_trigger();
-    extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc
+    extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc; with ROPE then [HG][hd] q (floats), [2][hd] k, v (F16)
     const int t = blockIdx.x / n_head_kv, kvh = blockIdx.x % n_head_kv, group = n_head / n_head_kv, qd = n_head * hd;
     const int h0 = kvh * group + blockIdx.y * HG, nh = min(HG, kvh * group + group - h0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kv_dim = n_head_kv * hd, len = pos[t] + 1;
@@ -1809,9 +1864,19 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) old = min(old, __shfl_xor_sync(0xffffffffu, old, o));
     }
+    float *rq = sh + W * HG * (2 + hd);      // (ROPE) q of the block's heads, turned
+    __half *rkv = (__half *)(rq + HG * hd); // (ROPE) the token's k and v of head kvh
     auto load = [&](int p, __half2 *kb, __half2 *vb) { // this lane's E values of position p's key and value
         const size_t off = kv_slot(tab, p, layer, n_layers, kv_block, kv_dim) + (size_t)kvh * hd + lane * E;
-        if (vec && E % 2 == 0) {
+        if (ROPE && p == len - 1) { // the newest position: this block's own k and v
+            const __half zero = __float2half(0.0f);
+#pragma unroll
+            for (int e = 0; e < E2; e++) {
+                const int i0 = lane * E + 2 * e, ok0 = 2 * e < E && i0 < hd, ok1 = 2 * e + 1 < E && i0 + 1 < hd;
+                kb[e] = __halves2half2(ok0 ? rkv[i0] : zero, ok1 ? rkv[i0 + 1] : zero);
+                vb[e] = __halves2half2(ok0 ? rkv[hd + i0] : zero, ok1 ? rkv[hd + i0 + 1] : zero);
+            }
+        } else if (vec && E % 2 == 0) {
             const __half2 *k2 = (const __half2 *)(kp + off), *v2 = (const __half2 *)(vp + off);
             if (E == 8) { *(uint4 *)kb = *(const uint4 *)k2; *(uint4 *)vb = *(const uint4 *)v2; }
             else if (E == 4) { *(uint2 *)kb = *(const uint2 *)k2; *(uint2 *)vb = *(const uint2 *)v2; }
@@ -1831,6 +1896,32 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
     for (int u = 0; u < NP; u++)
         if (warp + u * W < old) load(warp + u * W, kb[u], vb[u]);
     pdl_wait();
+    if constexpr (ROPE) { // k_rope_kv's formula, value by value: nh q heads, then k and v of head kvh
+        const float *row = qkv + (size_t)t * ldq;
+        const size_t slot = kv_slot(tab, len - 1, layer, n_layers, kv_block, kv_dim) + (size_t)kvh * hd;
+        const int half = ri.n_rot / 2;
+        for (int i = threadIdx.x; i < (nh + 2) * hd; i += blockDim.x) {
+            const int hh = i / hd, dim = i % hd;
+            const int base = hh < nh ? (h0 + hh) * hd : hh == nh ? qd + kvh * hd : qd + kv_dim + kvh * hd;
+            const float v = row[base + dim] + (ri.bias ? ri.bias[base + dim] : 0.0f);
+            float o = v;
+            if (hh <= nh && dim < ri.n_rot) {
+                const int j = ri.neox ? (dim < half ? dim : dim - half) : dim / 2;
+                const int first = ri.neox ? dim < half : (dim & 1) == 0;
+                const int partner = base + (ri.neox ? (first ? dim + half : dim - half) : (first ? dim + 1 : dim - 1));
+                const float pv = row[partner] + (ri.bias ? ri.bias[partner] : 0.0f);
+                const float c = ri.cs[(size_t)t * half + j], sn = ri.sn[(size_t)t * half + j];
+                o = first ? v * c - pv * sn : pv * sn + v * c;
+            }
+            if (hh < nh) rq[hh * hd + dim] = o;
+            else {
+                const __half o16 = __float2half(o);
+                rkv[(hh - nh) * hd + dim] = o16;
+                ((__half *)(hh == nh ? kp : vp))[slot + dim] = o16;
+            }
+        }
+        __syncthreads();
+    }
     float q[HG][E], acc[HG][E], m[HG], l[HG];
 #pragma unroll
     for (int g = 0; g < HG; g++) {
@@ -1839,7 +1930,7 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 #pragma unroll
         for (int e = 0; e < E; e++) {
             const int i = lane * E + e;
-            q[g][e] = g < nh && i < hd ? qkv[(size_t)t * ldq + (h0 + g) * hd + i] * scale : 0.0f;
+            q[g][e] = g < nh && i < hd ? (ROPE ? rq[g * hd + i] : qkv[(size_t)t * ldq + (h0 + g) * hd + i]) * scale : 0.0f;
             acc[g][e] = 0;
         }
     }
@@ -1946,7 +2037,9 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 // default, 7B Q4_0 batch 64 10385-10402 -> 10673 tok/s on an H100, and with
 // PLUMB_CUDA_WG_ROWS=tune 10639 -> 10841-10854 (bench/results/gpu/v18; same
 // KL against the CPU). PLUMB_CUDA_ATT_MINB=3 gives the compiler's choice.
-template <int MINB>
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+template <int MINB, bool PF>
 __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
                                                        const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers,
@@ -1974,6 +2067,15 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
     float o[8][4] = {}, m = -INFINITY, l = 0;
     const bool whole = kv_block % 16 == 0; // a chunk of 16 positions lies in one block of the cache: one table lookup
     for (int p0 = 0; p0 < len; p0 += 16) {
+        if (PF) { // the next 16 positions into L2 before loading these (PLUMB_CUDA_ATT_PREFETCH=1): lane = position (keys: lanes
+                  // 0-15, values: 16-31), its row's two 128-byte lines
+            const int pn = p0 + 16 + (lane & 15);
+            if (pn < len) {
+                const __half *r = (lane < 16 ? kp : vp) + at(pn);
+                prefetch_l2(r);
+                prefetch_l2(r + 64);
+            }
+        }
         uint4 ka[4], kb[4], va[4][2];
         const int pa = p0 + g, pb = p0 + g + 8;
         const size_t base = whole ? at(p0) : 0;
@@ -2215,7 +2317,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The grid barrier in two halves: arrive when the block's work of a phase is
 // written, wait before the next phase reads it (between them the warps
@@ -3277,6 +3378,20 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
+        const char *rp = getenv("PLUMB_CUDA_ROPE");
+        if (rp && strcmp(rp, "pairs") && strcmp(rp, "values") && strcmp(rp, "attention") && strcmp(rp, "attention+pairs")) {
+            snprintf(err, err_len, "PLUMB_CUDA_ROPE wants pairs, values, attention or attention+pairs (RoPE and the KV writes a thread per "
+                                   "rotation pair, or per value as before; with attention, one-token steps do them inside the attention)");
+            goto fail;
+        }
+        h->rope_pairs = rp && strstr(rp, "pairs");
+        h->rope_att = rp && strstr(rp, "attention");
+        const char *ap = getenv("PLUMB_CUDA_ATT_PREFETCH");
+        if (ap && strcmp(ap, "0") && strcmp(ap, "1")) {
+            snprintf(err, err_len, "PLUMB_CUDA_ATT_PREFETCH wants 0 or 1 (the tensor-core attention prefetches its next 16 positions into L2)");
+            goto fail;
+        }
+        h->att_prefetch = ap && ap[0] == '1';
         const char *ae = getenv("PLUMB_CUDA_ATT_EARLY"), *an = getenv("PLUMB_CUDA_ATT_NP");
         if ((ae && strcmp(ae, "none") && strcmp(ae, "few") && strcmp(ae, "all")) || (an && strcmp(an, "4") && strcmp(an, "8"))) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_EARLY wants none, few or all (which attention launches load earlier steps' keys/values before "
@@ -3976,35 +4091,68 @@ static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, in
 }
 
 // With fmt, attention writes the output projection's activations itself.
-static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt) {
+// k_attention's launch: EARLY (earlier steps' keys/values loaded before the wait), ROPE (16-warp blocks only)
+template <int E, int HG, int W, int NP, typename... A> static void launch_att(handle *h, int early, int rope, dim3 g, size_t sm, A... a) {
+    if constexpr (W == 16)
+        if (rope) {
+            launch(h, k_attention<E, HG, W, NP, true, true>, g, 32 * W, sm, a...);
+            return;
+        }
+    if (early) launch(h, k_attention<E, HG, W, NP, true, false>, g, 32 * W, sm, a...);
+    else launch(h, k_attention<E, HG, W, NP, false, false>, g, 32 * W, sm, a...);
+}
+
+// The attention's launch shape for a step of n tokens: the tensor-core kernel
+// (returns 1), or k_attention with hg query heads a block and w warps (0).
+static int attention_shape(const handle *h, int n, int *hg_out, int *w_out) {
     const plumb_backend_model_desc *d = &h->desc;
-    const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
+    const int group = d->n_head / d->n_head_kv;
     /* tensor cores: heads with their own keys/values, head_dim 128, warps enough to cover the GPU 8 times over */
-    if (h->att_mma && group == 1 && hd == 128 && (long)n * d->n_head >= 8L * h->num_sms) {
-        const int pairs = n * d->n_head;
-        launch(h, h->att_minb == 3 ? k_attention_mma<3> : k_attention_mma<4>, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table,
-               max_blocks, d->n_head, pairs, h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
-        return;
-    }
+    if (h->att_mma && group == 1 && d->head_dim == 128 && (long)n * d->n_head >= 8L * h->num_sms) return 1;
     /* query heads per block: up to 8 share each K/V load, but a decode step of a
      * grouped-query model then has only n x n_head_kv blocks: split the group
      * until the blocks cover the multiprocessors (K/V rereads hit L2) */
     int hg = group >= 8 ? 8 : group >= 4 ? 4 : group >= 2 ? 2 : 1;
     while (hg > 1 && (long)n * d->n_head_kv * ((group + hg - 1) / hg) < h->num_sms) hg /= 2;
-    const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
     /* 16 warps a block while the blocks are fewer than twice the multiprocessors
      * (then hg is 1 or 2: 16 warps of wider head groups would spill) */
-    const int w = (long)g.x * g.y < 2L * h->num_sms && hg <= 2 ? 16 : 4;
+    *hg_out = hg;
+    *w_out = (long)n * d->n_head_kv * ((group + hg - 1) / hg) < 2L * h->num_sms && hg <= 2 ? 16 : 4;
+    return 0;
+}
+
+// Whether this step's attention does RoPE and the KV writes itself
+// (PLUMB_CUDA_ROPE=attention): a one-token step whose q/k/v are complete
+// (no split-K partials pending) and whose attention runs 16-warp blocks.
+static int attention_ropes(const handle *h, int n) {
+    int hg, w;
+    return h->rope_att && n == 1 && !h->pend.p && h->desc.n_rot > 0 && !attention_shape(h, n, &hg, &w) && w == 16;
+}
+
+// The step's attention for a layer; with ri (attention_ropes), RoPE and the
+// KV writes too.
+static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt,
+                             const rope_in *ri) {
+    const plumb_backend_model_desc *d = &h->desc;
+    const int group = d->n_head / d->n_head_kv, hd = d->head_dim, ldq = (d->n_head + 2 * d->n_head_kv) * hd;
+    int hg = 1, w = 4;
+    if (attention_shape(h, n, &hg, &w)) {
+        const int pairs = n * d->n_head;
+        auto kernel = h->att_minb == 3 ? (h->att_prefetch ? k_attention_mma<3, true> : k_attention_mma<3, false>)
+                                       : (h->att_prefetch ? k_attention_mma<4, true> : k_attention_mma<4, false>);
+        launch(h, kernel, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, pairs, h->k_pool, h->v_pool,
+               layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
+        return;
+    }
+    const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
     const size_t sm = (size_t)w * hg * (2 + hd) * 4;
+    const int rope = ri && w == 16;
+    const rope_in rargs = ri ? *ri : rope_in{NULL, NULL, NULL, 0, 0};
+    const size_t rsm = rope ? (size_t)hg * hd * 4 + (size_t)2 * hd * 2 : 0;
 #define ATT_NP(E, HG, W, NP)                                                                                                                       \
-    do {                                                                                                                                           \
-        if (h->att_early == ATT_EARLY_ALL || (W == 16 && h->att_early == ATT_EARLY_FEW))                                                          \
-            launch(h, k_attention<E, HG, W, NP, true>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd,       \
-                   h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);                                       \
-        else                                                                                                                                       \
-            launch(h, k_attention<E, HG, W, NP, false>, g, 32 * W, sm, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, hd,      \
-                   h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);                                       \
-    } while (0)
+    launch_att<E, HG, W, NP>(h, h->att_early == ATT_EARLY_ALL || (W == 16 && h->att_early == ATT_EARLY_FEW), rope, g, sm + rsm, h->qkv, ldq, pos, \
+                             seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att,  \
+                             fmt, h->aq, h->ad, h->ah, rargs)
     /* 8 positions a pass; 16-warp blocks of 8-value lanes keep 4 (8 would spill). (16 in 16-warp blocks, a decode
      * step's whole context loaded before waiting, was measured slower: 7B batch 1 470 vs 549 tok/s) */
 #define ATT(E, HG, W)                                                                                                                              \
@@ -4108,11 +4256,19 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
         if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah, take());
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
-        if (other) launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table, max_blocks, d->n_head, d->n_head_kv, d->head_dim,
-                                            d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, take());
-        if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo); /* writes wo's activations */
+        const int ropes = other && attention_ropes(h, n);
+        const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
+        if (other && !ropes && h->rope_pairs) {
+            const int heads = d->n_head + 2 * d->n_head_kv, tph = d->n_rot >= 2 ? (d->n_rot / 2 + 31) / 32 * 32 : 32;
+            const int hpb = tph >= 128 ? 1 : 128 / tph; /* heads a block: 128 threads, or one head of more */
+            launch(h, k_rope_kv_pairs, dim3(n, (heads + hpb - 1) / hpb), (unsigned)(hpb * tph), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
+                   max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, tph, take());
+        } else if (other && !ropes)
+            launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq,
+                   table, max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, take());
+        if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo, ropes ? &ri : NULL); /* writes wo's activations */
         else if (other) {
-            launch_attention(h, n, l, pos, seq, table, max_blocks, 0);
+            launch_attention(h, n, l, pos, seq, table, max_blocks, 0, ropes ? &ri : NULL);
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah, none);
         }
         if (mm && product(&L->wo, 1, h->x, D, 1, 1)) return -1;
