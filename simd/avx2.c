@@ -754,7 +754,8 @@ T512 static float dot_q6_K_avx512(int n, const void *wv, const void *av) {
     return hsum_ps(acc);
 }
 
-/* The AVX2-VNNI table plus the 16-row kernels. */
+/* The AVX2-VNNI table's kernels (built for AVX-512 VNNI's vpdpbusd) plus the
+ * 512-bit and 16-row kernels. */
 static const plumb_kernels avx512_vnni = {
     .name = "avx512-vnni",
     .dot_f32 = dot_f32,
@@ -764,16 +765,16 @@ static const plumb_kernels avx512_vnni = {
         [PLUMB_TYPE_F32] = dot_f32_w,
         [PLUMB_TYPE_F16] = dot_f16_w,
         [PLUMB_TYPE_BF16] = dot_bf16_w,
-        [PLUMB_TYPE_Q8_0] = VNNI_DOT_Q8_0,
-        [PLUMB_TYPE_Q4_0] = VNNI_DOT_Q4_0,
-        [PLUMB_TYPE_Q4_1] = VNNI_DOT_Q4_1,
+        [PLUMB_TYPE_Q8_0] = VNNI512_DOT_Q8_0,
+        [PLUMB_TYPE_Q4_0] = VNNI512_DOT_Q4_0,
+        [PLUMB_TYPE_Q4_1] = VNNI512_DOT_Q4_1,
         [PLUMB_TYPE_Q4_K] = dot_q4_K_avx512,
         [PLUMB_TYPE_Q5_K] = dot_q5_K_avx512,
         [PLUMB_TYPE_Q6_K] = dot_q6_K_avx512,
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_1] = dot8_q4_1_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
     .dot8_runs = {[PLUMB_TYPE_Q8_0] = 2, [PLUMB_TYPE_Q4_0] = 2, [PLUMB_TYPE_Q4_1] = 2}, /* (measured: matmul.c) */
-    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni},
+    .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni512, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni512, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni512},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512, [PLUMB_TYPE_Q4_1] = gemm16_q4_1_avx512},
     .f16_to_f32 = f16_to_f32,

@@ -52,10 +52,13 @@ static int cpu_has_dotprod(void) {
 #endif
 }
 
+/* AVX-512 F, BW, VL and VNNI: the AVX-512 table (its 256-bit kernels use the
+ * EVEX vpdpbusd, so Zen 4, Ice Lake and Cascade Lake, which lack AVX-VNNI,
+ * get it too) */
 static int cpu_has_avx512vnni(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return cpu_has_avxvnni() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+    return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni");
 #else
     return 0;
