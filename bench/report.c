@@ -14,6 +14,22 @@ static const char *str(json_t *o, const char *k) {
 static double num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
 static double sfield(json_t *o, const char *k, const char *f) { return json_number_value(json_object_get(json_object_get(o, k), f)); }
 
+/* the record's compute peaks: "avx512-vnni kernels, int8 / f32 GMAC/s 410 / 205 at 1 thread, ..." */
+static const char *peak_line(json_t *machine) {
+    static char buf[512];
+    size_t i, n = 0;
+    json_t *p;
+    buf[0] = 0;
+    json_array_foreach(json_object_get(machine, "compute_peak"), i, p) {
+        if (!i) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s kernels, int8 / f32 GMAC/s", str(p, "kernels"));
+        if (n < sizeof buf)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s %.0f / %.0f at %d thread%s", i ? "," : "", num(p, "int8_gmacs"), num(p, "f32_gmacs"),
+                                  (int)num(p, "threads"), num(p, "threads") > 1 ? "s" : "");
+        if (n >= sizeof buf) break;
+    }
+    return buf[0] ? buf : "not measured";
+}
+
 int bench_write_markdown(json_t *r, const char *path) {
     FILE *fp = fopen(path, "w");
     if (!fp) return plumb_set_error("%s: cannot create: %s", path, strerror(errno));
@@ -28,12 +44,14 @@ int bench_write_markdown(json_t *r, const char *path) {
                 "decode again with a read pass over one token's bytes before each token, the four loops in turn: median [p10-p90] of read time / token time "
                 "over the tokens of the loop that read fastest\n",
             num(m, "read_bandwidth_gbs"));
-    fprintf(fp, "- concurrency %d; %d generated tokens per request, no early stop; %d measured reps after %d warm-up; prompt: %s\n\n",
+    fprintf(fp, "- concurrency %d; %d generated tokens per request, no early stop; %d measured reps after %d warm-up; prompt: %s\n",
             (int)num(s, "concurrency"), (int)num(s, "max_output_tokens"), (int)num(s, "reps"), (int)num(s, "warmup"), str(s, "prompt"));
+    fprintf(fp, "- prefill %% of peak: the layers' matrices' multiply-adds a second in prefill (tok/s x their weights) over the kernel table's "
+                "int8 multiply-add ceiling (float types: f32 FMA) at the run's threads, measured in registers at the start (%s)\n\n", peak_line(m));
     fprintf(fp, "| model | type | sha256 | backend | kernels | threads | requests | input tokens | output tokens | total s | prefill tok/s median [min-max] "
-                "| TTFT ms p50/p90/p99 | decode tok/s median [min-max] | inter-token ms mean/p50/p90/p99 | latency ms mean/p50/p90/p99 "
+                "| prefill %% of peak | TTFT ms p50/p90/p99 | decode tok/s median [min-max] | inter-token ms mean/p50/p90/p99 | latency ms mean/p50/p90/p99 "
                 "| read GB/s before/after | limit tok/s | %% of limit | paired %% of limit | peak RSS MiB |\n");
-    fprintf(fp, "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---|---:|\n");
+    fprintf(fp, "|---|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|---|---:|---:|---|---:|\n");
     size_t i;
     json_t *run;
     json_array_foreach(json_object_get(r, "runs"), i, run) {
@@ -44,11 +62,13 @@ int bench_write_markdown(json_t *r, const char *path) {
         json_t *pf = json_object_get(json_object_get(run, "paired_limit"), "fraction_of_limit");
         char pairs[48] = "-";
         if (pf) snprintf(pairs, sizeof pairs, "%.0f%% [%.0f-%.0f]", 100 * num(pf, "median"), 100 * num(pf, "p10"), 100 * num(pf, "p90"));
-        fprintf(fp, "| %s | %s | %.12s | %s | %s | %d | %d | %d | %d | %.1f | %.1f [%.1f-%.1f] | %.0f/%.0f/%.0f | %.2f [%.2f-%.2f] | %.1f/%.1f/%.1f/%.1f "
+        char peak[16] = "-";
+        if (json_object_get(run, "prefill_fraction_of_peak")) snprintf(peak, sizeof peak, "%.0f%%", 100 * num(run, "prefill_fraction_of_peak"));
+        fprintf(fp, "| %s | %s | %.12s | %s | %s | %d | %d | %d | %d | %.1f | %.1f [%.1f-%.1f] | %s | %.0f/%.0f/%.0f | %.2f [%.2f-%.2f] | %.1f/%.1f/%.1f/%.1f "
                     "| %.0f/%.0f/%.0f/%.0f | %s | %.1f | %.0f%% | %s | %.0f |\n",
                 str(run, "model"), str(run, "type"), str(run, "sha256"), str(run, "backend"), str(run, "kernels"), (int)num(run, "threads"),
                 (int)num(run, "requests"), (int)num(run, "prompt_tokens"), (int)num(run, "generated_tokens"), num(run, "total_time_s"),
-                sfield(run, "prefill_tps", "median"), sfield(run, "prefill_tps", "min"), sfield(run, "prefill_tps", "max"), sfield(run, "ttft_ms", "p50"),
+                sfield(run, "prefill_tps", "median"), sfield(run, "prefill_tps", "min"), sfield(run, "prefill_tps", "max"), peak, sfield(run, "ttft_ms", "p50"),
                 sfield(run, "ttft_ms", "p90"), sfield(run, "ttft_ms", "p99"), sfield(run, "decode_tps", "median"), sfield(run, "decode_tps", "min"),
                 sfield(run, "decode_tps", "max"), sfield(run, "inter_token_ms", "mean"), sfield(run, "inter_token_ms", "p50"), sfield(run, "inter_token_ms", "p90"),
                 sfield(run, "inter_token_ms", "p99"), sfield(run, "latency_ms", "mean"), sfield(run, "latency_ms", "p50"), sfield(run, "latency_ms", "p90"),

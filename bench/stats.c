@@ -132,3 +132,39 @@ double plumb_measure_read_bandwidth(int n_threads, int *fastest_loop) {
     free(buf);
     return best;
 }
+
+/* ---- the compute ceiling ---- */
+
+double plumb_measure_compute_peak(const plumb_kernels *k, int n_threads, int f32) {
+    int64_t (*loop)(int64_t) = f32 ? k->f32_peak : k->int8_peak;
+    if (!loop || n_threads < 1) return 0;
+    /* rounds for about 20 ms a thread, from a first short run */
+    int64_t rounds = 4096;
+    for (;;) {
+        const double t0 = plumb_time_s();
+        loop(rounds);
+        const double dt = plumb_time_s() - t0;
+        if (dt > 2e-3 || rounds > ((int64_t)1 << 40)) {
+            rounds = (int64_t)((double)rounds * 20e-3 / (dt > 0 ? dt : 1e-6)) + 1;
+            break;
+        }
+        rounds *= 4;
+    }
+    double best = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        int64_t done = 0;
+        double t0 = 0, t1 = 0;
+#pragma omp parallel num_threads(n_threads) reduction(+ : done)
+        {
+#pragma omp barrier
+#pragma omp master
+            t0 = plumb_time_s();
+            done += loop(rounds);
+#pragma omp barrier
+#pragma omp master
+            t1 = plumb_time_s();
+        }
+        if (t1 > t0 && done / (t1 - t0) > best) best = (double)done / (t1 - t0);
+    }
+    return best;
+}

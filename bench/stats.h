@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "../simd/kernels.h"
+
 typedef struct { double median, min, max, mean, p90, p99; int n; double p10; } plumb_stats;
 
 /* median, min, max, mean and the 10th/90th/99th percentiles (linear interpolation) */
@@ -23,5 +25,13 @@ double plumb_measure_read_bandwidth(int n_threads, int *fastest_loop);
  * n_threads threads and the given loop. */
 void *plumb_read_buffer(size_t bytes, int n_threads);
 double plumb_read_pass_s(const void *buf, size_t bytes, int n_threads, int loop);
+
+/* Multiply-adds per second the kernel table k's int8 multiply-add (f32 = 0)
+ * or f32 fused multiply-add (f32 = 1) reaches with n_threads threads, all
+ * in registers (plumb_kernels.int8_peak / f32_peak): the best of five
+ * passes of about 20 ms. 0 where the table has no such loop. Prefill is
+ * compute bound: its multiply-adds per second over this say how close it
+ * is to the ceiling. */
+double plumb_measure_compute_peak(const plumb_kernels *k, int n_threads, int f32);
 
 #endif

@@ -223,6 +223,13 @@ int cmd_bench(int argc, char **argv) {
     double bw_at[MAX_LIST];
     for (int i = 0; i < n_threads; i++) bw_at[i] = plumb_measure_read_bandwidth(threads[i], NULL);
     const double bw = plumb_measure_read_bandwidth(plumb_default_threads(), NULL);
+    /* prefill's ceiling: the kernel table's int8 multiply-add (quantized types) or f32 FMA (float types, --exact) */
+    const plumb_kernels *kt = plumb_kernels_active();
+    double peak_i8[MAX_LIST], peak_f32[MAX_LIST];
+    for (int i = 0; i < n_threads; i++) {
+        peak_i8[i] = plumb_measure_compute_peak(kt, threads[i], 0);
+        peak_f32[i] = plumb_measure_compute_peak(kt, threads[i], 1);
+    }
     /* the GPU, when asked for */
     char gpu_name[128] = "none", gpu_why[512] = "";
     double gpu_bw = 0;
@@ -247,16 +254,23 @@ int cmd_bench(int argc, char **argv) {
                                                   "memory_gib", si.mem_gib, "os", si.os, "gpu", gpu_name, "read_bandwidth_gbs", bw / 1e9));
     if (gpu_bw > 0) json_object_set_new(json_object_get(root, "machine"), "gpu_copy_bandwidth_gbs", json_real(gpu_bw / 1e9));
     json_object_set_new(json_object_get(root, "machine"), "last_level_cache_mib", json_real((double)si.llc_bytes / 1048576.0));
+    json_t *peaks = json_array();
+    for (int i = 0; i < n_threads; i++)
+        json_array_append_new(peaks, json_pack("{s:i,s:s,s:f,s:f}", "threads", threads[i], "kernels", kt->name, "int8_gmacs", peak_i8[i] / 1e9, "f32_gmacs",
+                                               peak_f32[i] / 1e9));
+    json_object_set_new(json_object_get(root, "machine"), "compute_peak", peaks);
     json_object_set_new(root, "settings", json_pack("{s:i,s:i,s:i,s:i,s:s,s:b}", "max_output_tokens", n_gen, "reps", reps, "warmup", warmup,
                                                    "concurrency", 1, "prompt", "built-in English text, tokenized and repeated to length", "exact", exact));
     json_object_set_new(json_object_get(root, "settings"), "paired_limit", json_boolean(paired));
 
     printf("\nplumb bench — %s — %s (%s), %d cores, read bandwidth %.1f GB/s\n", date, si.cpu, si.features, si.cores, bw / 1e9);
-    printf("prompt tokens %s, %d generated tokens per request (no early stop), %d reps after %d warm-up, concurrency 1\n\n",
+    printf("compute peak (%s kernels, multiply-adds in registers), GMAC/s int8 / f32:", kt->name);
+    for (int i = 0; i < n_threads; i++) printf("%s %.0f / %.0f at %d thread%s", i ? "," : "", peak_i8[i] / 1e9, peak_f32[i] / 1e9, threads[i], threads[i] > 1 ? "s" : "");
+    printf("\nprompt tokens %s, %d generated tokens per request (no early stop), %d reps after %d warm-up, concurrency 1\n\n",
            prompts_s[0], n_gen, reps, warmup);
     if (gpu_bw > 0) printf("GPU: %s, copy bandwidth %.0f GB/s (read + written)\n", gpu_name, gpu_bw / 1e9);
-    printf("| model | type | backend | threads | batch | prompt | prefill tok/s | TTFT ms | decode tok/s | limit tok/s | %% of limit | paired %% of limit | peak RSS MiB | peak VRAM MiB |\n");
-    printf("|---|---|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---:|\n");
+    printf("| model | type | backend | threads | batch | prompt | prefill tok/s | prefill %% of peak | TTFT ms | decode tok/s | limit tok/s | %% of limit | paired %% of limit | peak RSS MiB | peak VRAM MiB |\n");
+    printf("|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|---:|\n");
     int failures = 0;
     for (int vi = 0; vi < n_vars; vi++) {
         variant *v = &vars[vi];
@@ -266,6 +280,8 @@ int cmd_bench(int argc, char **argv) {
         if (!m) return cli_fail("bench", "%s", plumb_last_error());
         const size_t load_peak = plumb_peak_rss_now();
         const double bpt = (double)plumb_model_bytes_per_token(m);
+        const double macs = (double)plumb_model_layer_macs_per_token(m);
+        const int float_type = !strcmp(v->type, "F32") || !strcmp(v->type, "F16") || !strcmp(v->type, "BF16");
         if (si.llc_bytes > 0 && bpt < 1.5 * (double)si.llc_bytes)
             fprintf(stderr, "bench: note: %s reads %.0f MiB per token, within 1.5x of the %.0f MiB last-level cache: decode can beat the "
                             "memory-bandwidth limit, which then says little\n", v->type, bpt / 1048576, (double)si.llc_bytes / 1048576);
@@ -314,8 +330,12 @@ int cmd_bench(int argc, char **argv) {
                     char be[48];
                     if (cuda) snprintf(be, sizeof be, "cuda -ngl %s", ngl_s[gi]);
                     else snprintf(be, sizeof be, "cpu");
-                    printf("| %s | %s | %s | %d | %d | %d | %.1f [%.1f-%.1f] | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %s | %.0f | %.0f |\n", v->source, v->type, be,
-                           threads[ti], batches[bi], prompts[pi], r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, r.ttft_ms.median,
+                    /* prefill's multiply-adds a second (the layers' matrices) against the CPU's ceiling */
+                    const double peak = cuda ? 0 : float_type || exact ? peak_f32[ti] : peak_i8[ti];
+                    char peak_s[16] = "-";
+                    if (peak > 0) snprintf(peak_s, sizeof peak_s, "%.0f%%", 100 * r.prefill_tps.median * macs / peak);
+                    printf("| %s | %s | %s | %d | %d | %d | %.1f [%.1f-%.1f] | %s | %.0f | %.2f [%.2f-%.2f] | %.1f | %.0f%% | %s | %.0f | %.0f |\n", v->source, v->type, be,
+                           threads[ti], batches[bi], prompts[pi], r.prefill_tps.median, r.prefill_tps.min, r.prefill_tps.max, peak_s, r.ttft_ms.median,
                            r.decode_tps.median, r.decode_tps.min, r.decode_tps.max, limit, 100 * r.decode_tps.median / limit, paired_s, rss, r.gpu_peak_mib);
                     fflush(stdout);
                     json_t *run = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:I,s:f}", "model", v->path, "source_model", v->source,
@@ -337,6 +357,11 @@ int cmd_bench(int argc, char **argv) {
                     json_object_set_new(run, "peak_vram_mib", cuda ? json_real(r.gpu_peak_mib) : json_null());
                     json_object_set_new(run, "weight_bytes_per_token", json_integer((json_int_t)bpt));
                     json_object_set_new(run, "decode_limit_tps", json_real(limit));
+                    json_object_set_new(run, "layer_macs_per_token", json_integer((json_int_t)macs));
+                    if (peak > 0) {
+                        json_object_set_new(run, "compute_peak_gmacs", json_pack("{s:s,s:f}", "kind", float_type || exact ? "f32" : "int8", "gmacs", peak / 1e9));
+                        json_object_set_new(run, "prefill_fraction_of_peak", json_real(r.prefill_tps.median * macs / peak));
+                    }
                     if (!cuda) json_object_set_new(run, "read_bandwidth_gbs_before_after", json_pack("[f,f]", bw_before / 1e9, bw_after / 1e9));
                     if (!cuda) json_object_set_new(run, "read_loop_after", json_string(plumb_read_loop_name(read_loop)));
                     json_object_set_new(run, "decode_fraction_of_limit", json_real(r.decode_tps.median / limit));

@@ -132,6 +132,18 @@ uint64_t plumb_model_bytes_per_token(const plumb_model *m) {
     return n;
 }
 
+static uint64_t matrix_weights(const plumb_matrix *w) { return w->data ? (uint64_t)w->rows * (uint64_t)w->cols : 0; }
+
+uint64_t plumb_model_layer_macs_per_token(const plumb_model *m) {
+    uint64_t n = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        plumb_matrix *ws[PLUMB_LAYER_MATRICES];
+        plumb_layer_matrices(&m->layers[l], ws);
+        for (int i = 0; i < PLUMB_LAYER_MATRICES; i++) n += matrix_weights(ws[i]);
+    }
+    return n;
+}
+
 const char *plumb_model_weight_type(const plumb_model *m) {
     uint64_t by_type[PLUMB_TYPE_COUNT] = {0};
     for (int l = 0; l < m->hp.n_layer; l++) {

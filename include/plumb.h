@@ -51,6 +51,10 @@ uint64_t plumb_model_weight_bytes(const plumb_model *m); /* bytes of all tensors
 /* Bytes of weights one decode step reads (every matrix once; the embedding
  * table contributes a single row). The decode speed limit is bandwidth / this. */
 uint64_t plumb_model_bytes_per_token(const plumb_model *m);
+/* Multiply-adds one token's pass through the layers' matrices takes (their
+ * weights; the embedding lookup, the output head and attention left out):
+ * what a prefill token costs, to set against the CPU's compute peak. */
+uint64_t plumb_model_layer_macs_per_token(const plumb_model *m);
 const char *plumb_model_weight_type(const plumb_model *m); /* type of most matrix bytes */
 
 /* ---- tokenizer ---- */

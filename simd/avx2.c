@@ -273,6 +273,53 @@ static inline __attribute__((always_inline)) void q6_K_prefetch_step(const uint8
 
 #include "avx2_quant.inc"
 
+/* ---- compute ceilings (plumb_kernels.int8_peak and f32_peak): 8
+ * independent accumulators (16 with AVX-512's 32 registers), enough to
+ * cover each instruction's latency at full throughput, as named variables
+ * (an array of them is kept in memory at -O2). They start distinct, or the
+ * compiler computes one for all; the operands go through an empty asm
+ * statement, so nothing folds; the sums end in a volatile sink. ---- */
+#define EACH8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define EACH16(M) EACH8(M) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+static volatile int32_t peak_sink;
+#define OPAQUE(v) __asm__("" : "+x"(v))
+
+/* the AVX2 kernels' multiply-add: vpmaddubsw, vpmaddwd by ones, vpaddd (32 int8 products) */
+TARGET static int64_t int8_peak_avx2(int64_t rounds) {
+    __m256i u = _mm256_set1_epi8(1), v = _mm256_set1_epi8(1), tot = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi16(1);
+#define DECL(i) __m256i acc##i = _mm256_set1_epi32(i);
+#define STEP(i) OPAQUE(u); acc##i = _mm256_add_epi32(acc##i, _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), ones));
+#define SUM(i) tot = _mm256_add_epi32(tot, acc##i);
+    EACH8(DECL)
+    for (int64_t r = 0; r < rounds; r++) { EACH8(STEP) }
+    EACH8(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+    peak_sink = _mm256_extract_epi32(tot, 0);
+    return rounds * 8 * 32;
+}
+
+TARGET static int64_t f32_peak_avx2(int64_t rounds) {
+    __m256 a = _mm256_set1_ps(1e-9f), b = _mm256_set1_ps(1.0f), tot = _mm256_setzero_ps();
+#define DECL(i) __m256 acc##i = _mm256_set1_ps((float)i);
+#define STEP(i) acc##i = _mm256_fmadd_ps(a, b, acc##i);
+#define SUM(i) tot = _mm256_add_ps(tot, acc##i);
+    EACH8(DECL)
+    for (int64_t r = 0; r < rounds; r++) {
+        OPAQUE(a);
+        OPAQUE(b);
+        EACH8(STEP)
+    }
+    EACH8(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+    peak_sink = (int32_t)_mm256_cvtss_f32(tot);
+    return rounds * 8 * 8;
+}
+
 static const plumb_kernels avx2 = {
     .name = "avx2",
     .dot_f32 = dot_f32,
@@ -296,7 +343,28 @@ static const plumb_kernels avx2 = {
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
     .silu_mul = silu_mul,
+    .int8_peak = int8_peak_avx2,
+    .f32_peak = f32_peak_avx2,
 };
+
+VNNI_TARGET static int64_t int8_peak_avx2_vnni(int64_t rounds) {
+    __m256i u = _mm256_set1_epi8(1), v = _mm256_set1_epi8(1), tot = _mm256_setzero_si256();
+#define DECL(i) __m256i acc##i = _mm256_set1_epi32(i);
+#define STEP(i) acc##i = _mm256_dpbusd_avx_epi32(acc##i, u, v);
+#define SUM(i) tot = _mm256_add_epi32(tot, acc##i);
+    EACH8(DECL)
+    for (int64_t r = 0; r < rounds; r++) {
+        OPAQUE(u);
+        OPAQUE(v);
+        EACH8(STEP)
+    }
+    EACH8(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+    peak_sink = _mm256_extract_epi32(tot, 0);
+    return rounds * 8 * 32;
+}
 
 /* The same table with AVX-VNNI multiply-adds for the 32-wide block types. */
 static const plumb_kernels avx2_vnni = {
@@ -322,6 +390,8 @@ static const plumb_kernels avx2_vnni = {
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
     .silu_mul = silu_mul,
+    .int8_peak = int8_peak_avx2_vnni,
+    .f32_peak = f32_peak_avx2,
 };
 
 const plumb_kernels *plumb_kernels_avx2(void) { return &avx2; }
@@ -754,6 +824,42 @@ T512 static float dot_q6_K_avx512(int n, const void *wv, const void *av) {
     return hsum_ps(acc);
 }
 
+T512 static int64_t int8_peak_avx512(int64_t rounds) {
+    __m512i u = _mm512_set1_epi8(1), v = _mm512_set1_epi8(1), tot = _mm512_setzero_si512();
+#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
+#define STEP(i) acc##i = _mm512_dpbusd_epi32(acc##i, u, v);
+#define SUM(i) tot = _mm512_add_epi32(tot, acc##i);
+    EACH16(DECL)
+    for (int64_t r = 0; r < rounds; r++) {
+        __asm__("" : "+v"(u), "+v"(v));
+        EACH16(STEP)
+    }
+    EACH16(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+    peak_sink = _mm512_reduce_add_epi32(tot);
+    return rounds * 16 * 64;
+}
+
+T512 static int64_t f32_peak_avx512(int64_t rounds) {
+    __m512 a = _mm512_set1_ps(1e-9f), b = _mm512_set1_ps(1.0f), tot = _mm512_setzero_ps();
+#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)i);
+#define STEP(i) acc##i = _mm512_fmadd_ps(a, b, acc##i);
+#define SUM(i) tot = _mm512_add_ps(tot, acc##i);
+    EACH16(DECL)
+    for (int64_t r = 0; r < rounds; r++) {
+        __asm__("" : "+v"(a), "+v"(b));
+        EACH16(STEP)
+    }
+    EACH16(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+    peak_sink = (int32_t)_mm512_reduce_add_ps(tot);
+    return rounds * 16 * 16;
+}
+
 /* The AVX2-VNNI table's kernels (built for AVX-512 VNNI's vpdpbusd) plus the
  * 512-bit and 16-row kernels. */
 static const plumb_kernels avx512_vnni = {
@@ -781,6 +887,8 @@ static const plumb_kernels avx512_vnni = {
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,
     .silu_mul = silu_mul,
+    .int8_peak = int8_peak_avx512,
+    .f32_peak = f32_peak_avx512,
 };
 
 const plumb_kernels *plumb_kernels_avx512_vnni(void) { return &avx512_vnni; }

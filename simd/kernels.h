@@ -67,6 +67,13 @@ typedef struct {
     void (*quantize_q8K)(const float *x, block_q8_K *y, int64_t n);
     /* the feed-forward's gate: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) */
     void (*silu_mul)(int64_t n, const float *gate, const float *up, float *out);
+    /* Compute ceilings for bench (prefill is compute bound): `rounds` rounds
+     * of the table's int8 multiply-add (what its integer kernels are made of)
+     * or of its f32 fused multiply-add, on independent register accumulators,
+     * nothing read from memory; each returns the multiply-adds it did. NULL
+     * where the table has no such instruction sequence (scalar). */
+    int64_t (*int8_peak)(int64_t rounds);
+    int64_t (*f32_peak)(int64_t rounds);
 } plumb_kernels;
 
 /* scalar silu_mul (the reference; the NEON tables use it too) */

@@ -145,6 +145,25 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = plumb_fp16_to_fp32(x[i]);
 }
 
+static volatile int32_t neon_peak_sink; /* where the compute ceilings' sums go */
+
+/* the f32 compute ceiling (plumb_kernels.f32_peak): vfmaq_f32 on 16 accumulators */
+static int64_t f32_peak(int64_t rounds) {
+    enum { ACCS = 16 };
+    float32x4_t acc[ACCS], a = vdupq_n_f32(1e-9f), b = vdupq_n_f32(1.0f);
+    #pragma GCC unroll 16
+    for (int i = 0; i < ACCS; i++) acc[i] = vdupq_n_f32((float)i);
+    for (int64_t r = 0; r < rounds; r++) {
+        __asm__("" : "+w"(a), "+w"(b));
+        #pragma GCC unroll 16
+        for (int i = 0; i < ACCS; i++) acc[i] = vfmaq_f32(acc[i], a, b);
+    }
+    #pragma GCC unroll 16
+    for (int i = 1; i < ACCS; i++) acc[0] = vaddq_f32(acc[0], acc[i]);
+    neon_peak_sink = (int32_t)vaddvq_f32(acc[0]);
+    return rounds * ACCS * 4;
+}
+
 /* the quantized dot products, baseline ARMv8 */
 #define NQ(x) x##_neon
 #define NQ_DOT16(acc, a, b) vpadalq_s16(vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b))), vmull_high_s8(a, b))
@@ -178,7 +197,7 @@ static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
             [PLUMB_TYPE_Q6_K] = dot_q6_K##SFX,                                                                                        \
         },                                                                                                                            \
         .f16_to_f32 = f16_to_f32, .quantize_q8a = plumb_quantize_q8a, .quantize_q8K = plumb_quantize_q8_K,                            \
-        .silu_mul = plumb_silu_mul_ref,                                                                                               \
+        .silu_mul = plumb_silu_mul_ref, .int8_peak = int8_peak##SFX, .f32_peak = f32_peak,                                            \
     }
 
 static const plumb_kernels neon = NEON_TABLE("neon", _neon);

@@ -116,7 +116,8 @@ Test(cli, bench_record_and_compare) {
     const char *fields[] = {"\"date\"", "\"sha256\": \"270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d\"", "\"cpu\"",
                             "\"threads\": 1", "\"concurrency\": 1", "\"requests\": 2", "\"input_token_range\"", "\"max_output_tokens\": 8",
                             "\"generated_tokens\": 16", "\"total_time_s\"", "\"p99\"", "\"peak_rss_mib\"", "\"read_bandwidth_gbs\"",
-                            "\"decode_limit_tps\"", "\"command\"", "\"paired_limit\"", "\"fraction_of_limit\""};
+                            "\"decode_limit_tps\"", "\"command\"", "\"paired_limit\"", "\"fraction_of_limit\"",
+                            "\"compute_peak\"", "\"int8_gmacs\"", "\"layer_macs_per_token\"", "\"prefill_fraction_of_peak\""};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cr_expect(strstr(json, fields[i]) != NULL, "record lacks %s", fields[i]);
     free(json);
     snprintf(path, sizeof path, "%s/index.html", rep);
