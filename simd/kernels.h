@@ -57,7 +57,8 @@ typedef struct {
     /* kernels over 8-row repacked groups; NULL where the table has none */
     plumb_dot8_fn dot8[PLUMB_TYPE_COUNT];
     /* runs of weights a thread reads at once through dot8 (slices of each in
-     * turn, matmul.c), where more than one was measured faster; 0: one */
+     * turn, matmul.c), where more than one was measured faster; 0: one.
+     * Only on CPUs measured to gain from it (matmul.c: cpu_reads_two_runs) */
     uint8_t dot8_runs[PLUMB_TYPE_COUNT];
     plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
     plumb_gemm16_fn gemm16[PLUMB_TYPE_COUNT]; /* AVX-512 only */

@@ -348,10 +348,39 @@ typedef struct {
     size_t w_bytes, a_bytes; /* a block's bytes in a group of 8 rows, in the activations */
 } slicing;
 
+/* Whether this CPU reads two runs faster than one (where a table's
+ * dot8_runs asks for them): measured so on AMD Zen 5 (family 0x1A), above.
+ * On Zen 4 (family 0x19, the development host of 2026-12-06) two runs were
+ * slower: bench-ab, AVX-512 kernels, two runs / one run twice each, Q4_0
+ * 1.043 / 1.041 at one thread and 1.079 / 1.070 at two, Q8_0 1.131 / 1.096
+ * and 1.059 / 1.060 (bench/results/s22-cpu); there a plain read loop is
+ * fastest as one run without software prefetch. Other CPUs are unmeasured
+ * and read one run, as every kernel did before. Fixed by the CPU, not timed
+ * at load: the runs change the order of a row's float additions, and the
+ * same machine should give the same logits every run. */
+static int cpu_reads_two_runs(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    static int known = -1;
+    if (known >= 0) return known;
+    unsigned a, b, c, d;
+    char vendor[13] = {0};
+    known = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return known;
+    memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+    if (strcmp(vendor, "AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return known;
+    const unsigned family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
+    known = family >= 0x1A;
+    return known;
+#else
+    return 0;
+#endif
+}
+
 static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W) {
     const plumb_type_traits *t = plumb_type_get(W->type);
     const char *e = getenv("PLUMB_WEIGHT_RUNS");
-    slicing s = {.runs = k->dot8_runs[W->type] ? k->dot8_runs[W->type] : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
+    const int runs = cpu_reads_two_runs() ? k->dot8_runs[W->type] : 0;
+    slicing s = {.runs = runs ? runs : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
     if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
     if (s.runs > MAX_RUNS) s.runs = MAX_RUNS;
     s.blocks = W->cols / t->block_size;
