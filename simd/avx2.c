@@ -553,10 +553,13 @@ T512 static inline __attribute__((always_inline)) void dot8_q4x_avx512(int n, co
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i p01 = act_pair_idx(0, 1), p23 = act_pair_idx(2, 3), p45 = act_pair_idx(4, 5), p67 = act_pair_idx(6, 7);
     __m256 acc = _mm256_setzero_ps();
+    const int pf = plumb_weight_prefetch;
     for (int b = 0; b < n / 32; b++, w += header + 8 * 16) {
-        _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
+        if (pf) {
+            _mm_prefetch((const char *)w + PF512, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + PF512 + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + PF512 + 128, _MM_HINT_T0);
+        }
         /* activation dwords 0-3 pair with the low nibbles of steps 0-3, dwords 4-7 with the high ones */
         const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
         const __m512i x01 = _mm512_loadu_si512((const void *)(w + header)), x23 = _mm512_loadu_si512((const void *)(w + header + 64));
@@ -585,8 +588,10 @@ T512 static void dot8_q8_0_avx512(int n, const void *wv, const void *av, float *
     const __m512i zero = _mm512_setzero_si512();
     const __m512i idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     __m256 acc = _mm256_setzero_ps();
+    const int pf = plumb_weight_prefetch;
     for (int b = 0; b < n / 32; b++, w += 16 + 8 * 32) {
-        for (int l = 0; l < 272; l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
+        if (pf)
+            for (int l = 0; l < 272; l += 64) _mm_prefetch((const char *)w + PF512 + l, _MM_HINT_T0);
         const __m512i act = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[b].qs));
         __m512i i0 = zero, i1 = zero;
         for (int s = 0; s < 4; s += 2) {
@@ -618,6 +623,7 @@ T512 static inline __attribute__((always_inline)) void dot8_q45_K_avx512(int n, 
     const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
     __m256 acc = _mm256_setzero_ps();
+    const int pf = plumb_weight_prefetch;
     for (int i = 0; i < n / QK_K; i++, w += group) {
         __m256i sc_lo, sc_hi, mins;
         k4x8_scales(w, a[i].bsums, &sc_lo, &sc_hi, &mins);
@@ -631,8 +637,9 @@ T512 static inline __attribute__((always_inline)) void dot8_q45_K_avx512(int n, 
             /* a quarter of the super-block's lines, PF512 ahead, at each slice, not all at its
              * start (decode with bench-ab, token by token, three times at one and two threads:
              * Q4_K 0.97-0.99 of the time and 0.99, Q5_K 0.90-1.06 (median 0.96) and 0.96-1.06 (0.98)) */
+            if (pf)
 #pragma GCC unroll 6
-            for (int l = j * (int)group / 256; l < (j + 1) * (int)group / 256; l++) _mm_prefetch((const char *)w + PF512 + 64 * l, _MM_HINT_T0);
+                for (int l = j * (int)group / 256; l < (j + 1) * (int)group / 256; l++) _mm_prefetch((const char *)w + PF512 + 64 * l, _MM_HINT_T0);
             /* dwords 0-7: the low sub-block's activations, 8-15 the high one's */
             const __m512i act = _mm512_loadu_si512((const void *)(a[i].qs + 64 * j));
             const __m512i bit_lo = _mm512_set1_epi8((char)(1 << (2 * j))), bit_hi = _mm512_set1_epi8((char)(2 << (2 * j)));

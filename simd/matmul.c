@@ -20,6 +20,7 @@
 #endif
 
 static const plumb_kernels *active;
+static int cpu_prefetches_weights(void); /* (below, with how weights are streamed) */
 
 static int cpu_has_avx2_fma_f16c(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -94,6 +95,7 @@ int plumb_kernels_select(const char *name) {
     else return plumb_set_error("unknown kernel set '%s' (scalar, avx2, avx2-vnni, avx512-vnni, neon, neon-dotprod)", name);
     if (!k) return plumb_set_error("kernel set '%s' is not available on this CPU/build", name);
     active = k;
+    plumb_weight_prefetch = cpu_prefetches_weights();
     return 0;
 }
 
@@ -109,6 +111,7 @@ const plumb_kernels *plumb_kernels_active(void) {
     if (!k) k = plumb_kernels_neon();
     if (!k) k = plumb_kernels_scalar();
     active = k;
+    plumb_weight_prefetch = cpu_prefetches_weights();
     return active;
 }
 
@@ -348,37 +351,61 @@ typedef struct {
     size_t w_bytes, a_bytes; /* a block's bytes in a group of 8 rows, in the activations */
 } slicing;
 
-/* Whether this CPU reads two runs faster than one (where a table's
- * dot8_runs asks for them): measured so on AMD Zen 5 (family 0x1A), above.
- * On Zen 4 (family 0x19, the development host of 2026-12-06) two runs were
- * slower: bench-ab, AVX-512 kernels, two runs / one run twice each, Q4_0
- * 1.043 / 1.041 at one thread and 1.079 / 1.070 at two, Q8_0 1.131 / 1.096
- * and 1.059 / 1.060 (bench/results/s22-cpu); there a plain read loop is
- * fastest as one run without software prefetch. Other CPUs are unmeasured
- * and read one run, as every kernel did before. Fixed by the CPU, not timed
- * at load: the runs change the order of a row's float additions, and the
- * same machine should give the same logits every run. */
-static int cpu_reads_two_runs(void) {
+/* How a thread streams weights through the one-token kernels depends on
+ * the CPU, and is fixed by it (not timed at load: the runs change the order
+ * of a row's float additions, and one machine should give the same logits
+ * every run). Measured with bench-ab, decode token by token in one process:
+ *
+ * Two runs (where a table's dot8_runs asks for them) on AMD Zen 5 (family
+ * 0x1A), above. On Zen 4 (family 0x19, the development host of 2026-12-06)
+ * two runs were slower: AVX-512 kernels, two runs / one run, twice each,
+ * Q4_0 1.043 / 1.041 at one thread and 1.079 / 1.070 at two, Q8_0 1.131 /
+ * 1.096 and 1.059 / 1.060. Other CPUs are unmeasured and read one run, as
+ * every kernel did before.
+ *
+ * Software prefetch of the weights (plumb_weight_prefetch) off on Zen 4
+ * (family 0x19 with AVX-512):
+ * there the hardware prefetchers alone were faster, one run, AVX-512
+ * kernels, without / with: Q4_0 0.882 / 0.884 at one thread and 0.973 /
+ * 0.877 at two, Q8_0 0.869 / 0.844 and 0.963 / 0.967, Q4_1 0.889 and 0.974,
+ * Q4_K 0.878 and 0.907, Q5_K 0.897 and 0.885 (Q6_K, whose prefetch is its
+ * own, 1.70 and 1.46 slower without, so it keeps it); and a plain read loop
+ * there is fastest as one run without prefetch. On Zen 5 it stays on (Q8_0
+ * without it 0.96-1.07 at one thread, 0.95-1.03 at two: no clear gain), and
+ * on unmeasured CPUs, as before. (bench/results/s22-cpu) */
+int plumb_weight_prefetch = 1;
+
+static unsigned amd_family(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    static int known = -1;
-    if (known >= 0) return known;
+    static unsigned family = ~0u;
+    if (family != ~0u) return family;
     unsigned a, b, c, d;
     char vendor[13] = {0};
-    known = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return known;
+    family = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return family;
     memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
-    if (strcmp(vendor, "AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return known;
-    const unsigned family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
-    known = family >= 0x1A;
-    return known;
+    if (strcmp(vendor, "AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return family;
+    family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
+    return family;
 #else
     return 0;
 #endif
 }
 
+static int cpu_reads_two_runs(void) { return amd_family() >= 0x1A; }
+/* Zen 4: family 0x19 with AVX-512 (Zen 3, the same family, has none and is unmeasured) */
+static int cpu_prefetches_weights(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return !(amd_family() == 0x19 && __builtin_cpu_supports("avx512f"));
+#else
+    return 1;
+#endif
+}
+
 static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W) {
     const plumb_type_traits *t = plumb_type_get(W->type);
-    const char *e = getenv("PLUMB_WEIGHT_RUNS");
+    const char *e = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
+    plumb_weight_prefetch = pf && (!strcmp(pf, "0") || !strcmp(pf, "1")) ? pf[0] == '1' : cpu_prefetches_weights();
     const int runs = cpu_reads_two_runs() ? k->dot8_runs[W->type] : 0;
     slicing s = {.runs = runs ? runs : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
     if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
