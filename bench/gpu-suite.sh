@@ -81,7 +81,8 @@
 #          7B file's logits of each setting against the default's on the GPU (pairs: the same bits), then 7B Q4_0
 #          batch 1/8/64 (prefetch: 64; attention: 1) with each setting in turn, twice, per-kernel times of batch-64 and
 #          batch-1 steps, and a batch-1
-#          step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP)
+#          step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP); ROPEATT_QUICK=1: the ids of the
+#          real models and TinyLlama, TinyLlama Q4_0 KL at chunks of 64, one speed round at batch 1/64, no kernel times
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
@@ -461,8 +462,11 @@ tune)
     ;;
 ropeatt)
     SETTINGS="X=default PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_ROPE=attention+pairs"
+    QUICK=${ROPEATT_QUICK:-0} # 1: ids of the real models and TinyLlama, its Q4_0 KL at 64, one speed round, no kernel times
+    IDS_MODELS="$S/models/stories260K.gguf $S/models/TinyStories-656K-Q8_0.gguf $(model tinyllama-1.1b q4_0)"
+    [ "$QUICK" = 1 ] || IDS_MODELS="$IDS_MODELS $(model llama2-7b q4_0)"
     {
-        for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)" "$(model llama2-7b q4_0)"; do
+        for m in $IDS_MODELS; do
             $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
             for v in $SETTINGS; do
                 env $v $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
@@ -470,11 +474,14 @@ ropeatt)
             done
         done
         for ty in q4_0 q8_0; do
+            [ "$QUICK" = 1 ] && [ $ty = q8_0 ] && continue
             m=$(model tinyllama-1.1b $ty)
             for c in 8 64; do
+                [ "$QUICK" = 1 ] && [ $c = 8 ] && continue
                 for v in $SETTINGS; do echo "-- TinyLlama $ty -c $c, $v: $(env $v compare_line "$m" $c)"; done
             done
         done
+        [ "$QUICK" = 1 ] && exit 0
         m=$(model llama2-7b q4_0)
         $P perplexity -m "$m" -f "$TEXT" -c 64 --chunks 2 -t $T -ngl all --kl-base "$OUT/ropeatt-7b-base.bin" >/dev/null 2>&1
         for v in $SETTINGS; do
@@ -483,9 +490,12 @@ ropeatt)
         done
     } 2>&1 | tee "$OUT/ropeatt-check.txt"
     m=$(model llama2-7b q4_0)
-    for r in 1 2; do
+    ROUNDS="1 2"
+    [ "$QUICK" = 1 ] && ROUNDS=1
+    for r in $ROUNDS; do
         for v in $SETTINGS; do
             b=1,8,64
+            [ "$QUICK" = 1 ] && b=1,64
             [ "$v" = PLUMB_CUDA_ATT_PREFETCH=1 ] && b=64
             [ "$v" = PLUMB_CUDA_ROPE=attention+pairs ] && b=1
             echo "== 7B $v round $r"
@@ -493,6 +503,7 @@ ropeatt)
                 -o "$OUT/ropeatt-$r-$(echo $v | tr -c 'a-zA-Z0-9' '_')" 2>&1 | grep -E "^\| |rror"
         done
     done 2>&1 | tee "$OUT/ropeatt-speed.txt"
+    [ "$QUICK" = 1 ] && continue
     for v in X=default PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1; do
         echo "== kernels of 7B batch-64 steps, $v"
         env $v PLUMB_CUDA_KPROF=1 $P bench -m "$m" --backends cuda --ngl all -t $T --batch 64 -p 128 -n 8 --reps 1 --warmup 0 --no-quality 2>&1 |
