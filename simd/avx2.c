@@ -887,6 +887,8 @@ static const plumb_kernels avx512_vnni = {
     },
     .dot8 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_avx512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_avx512, [PLUMB_TYPE_Q4_1] = dot8_q4_1_avx512, [PLUMB_TYPE_Q4_K] = dot8_q4_K_avx512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_avx512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_avx512},
     .dot8_runs = {[PLUMB_TYPE_Q8_0] = 2, [PLUMB_TYPE_Q4_0] = 2, [PLUMB_TYPE_Q4_1] = 2}, /* (measured: matmul.c) */
+    .dot8_256 = {[PLUMB_TYPE_Q8_0] = dot8_q8_0_vnni512, [PLUMB_TYPE_Q4_0] = dot8_q4_0_vnni512, [PLUMB_TYPE_Q4_1] = dot8_q4_1_vnni512,
+                 [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_vnni512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni512, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni512, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni512},
     .dot4t = AVX2_DOT4T_K,
     .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512, [PLUMB_TYPE_Q4_1] = gemm16_q4_1_avx512},

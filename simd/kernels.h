@@ -60,6 +60,10 @@ typedef struct {
      * turn, matmul.c), where more than one was measured faster; 0: one.
      * Only on CPUs measured to gain from it (matmul.c: cpu_reads_two_runs) */
     uint8_t dot8_runs[PLUMB_TYPE_COUNT];
+    /* 256-bit twins of dot8 in a table whose dot8 are 512-bit (AVX-512: the
+     * EVEX vpdpbusd), for CPUs that stream some types faster through them
+     * (matmul.c: cpu_dot8_256); NULL elsewhere */
+    plumb_dot8_fn dot8_256[PLUMB_TYPE_COUNT];
     plumb_gemm8_fn gemm8[PLUMB_TYPE_COUNT]; /* may be NULL where dot8 is not */
     plumb_gemm16_fn gemm16[PLUMB_TYPE_COUNT]; /* AVX-512 only */
     plumb_dot4t_fn dot4t[PLUMB_TYPE_COUNT];   /* row-at-a-time types with a four-token kernel */

@@ -393,14 +393,32 @@ static unsigned amd_family(void) {
 }
 
 static int cpu_reads_two_runs(void) { return amd_family() >= 0x1A; }
+
 /* Zen 4: family 0x19 with AVX-512 (Zen 3, the same family, has none and is unmeasured) */
-static int cpu_prefetches_weights(void) {
+static int cpu_is_zen4(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    return !(amd_family() == 0x19 && __builtin_cpu_supports("avx512f"));
+    return amd_family() == 0x19 && __builtin_cpu_supports("avx512f");
 #else
-    return 1;
+    return 0;
 #endif
 }
+
+/* The one-token 8-row kernel: the table's dot8, or its 256-bit twin
+ * (dot8_256) where this CPU streams the type faster through it. Zen 4 runs
+ * 512-bit operations as two 256-bit halves; streamed from memory (a
+ * throwaway loop over 220 MB of repacked groups, one thread, alternating
+ * kernels, bench/results/s22-cpu) Q6_K read 19.5-20.2 GB/s through the
+ * 512-bit kernel and 26.3-28.2 through the 256-bit one, while Q4_K (28 /
+ * 29) and Q5_K (26 / 25) read alike, as did Q4_0 in decode (bench-ab
+ * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, at
+ * each product, for comparisons. */
+static plumb_dot8_fn one_token_kernel(const plumb_kernels *k, uint32_t type) {
+    const char *e = getenv("PLUMB_DOT8_WIDTH");
+    int narrow = cpu_is_zen4() && type == PLUMB_TYPE_Q6_K;
+    if (e && (!strcmp(e, "256") || !strcmp(e, "512"))) narrow = !strcmp(e, "256");
+    return narrow && k->dot8_256[type] ? k->dot8_256[type] : k->dot8[type];
+}
+static int cpu_prefetches_weights(void) { return !cpu_is_zen4(); }
 
 static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W) {
     const plumb_type_traits *t = plumb_type_get(W->type);
@@ -466,7 +484,7 @@ static void dot8_items(int64_t first, int64_t count, void *ctx) {
 }
 
 static void dot8_job_init(dot8_job *j, const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
-    *j = (dot8_job){.dot8 = k->dot8[W[0]->type], .W = W, .act = act, .y = y, .s = slicing_for(k, W[0])};
+    *j = (dot8_job){.dot8 = one_token_kernel(k, W[0]->type), .W = W, .act = act, .y = y, .s = slicing_for(k, W[0])};
     for (int i = 0; i < nw; i++) j->first[i + 1] = j->first[i] + W[i]->rows / 8;
 }
 

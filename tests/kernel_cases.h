@@ -167,6 +167,8 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
                 }
             }
         }
+        float got256[8];
+        if (k->dot8_256[type]) k->dot8_256[type](n, p, a, got256); /* the 256-bit twin */
         for (int rr = 0; rr < 8; rr++) {
             const float want = plumb_kernels_scalar()->dot[type](n, w + (size_t)rr * rb, a);
             t->to_float(w + (size_t)rr * rb, row, n);
@@ -174,6 +176,9 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
             for (int i = 0; i < n; i++) abs_sum += fabs((double)row[i] * x[i]);
             if (kc_close(got[rr], want, abs_sum)) r->passed++;
             else kc_fail(r, "%s dot8 %s n=%d row %d: %.7g vs reference %.7g", k->name, t->name, n, rr, got[rr], want);
+            if (!k->dot8_256[type]) continue;
+            if (kc_close(got256[rr], want, abs_sum)) r->passed++;
+            else kc_fail(r, "%s dot8_256 %s n=%d row %d: %.7g vs reference %.7g", k->name, t->name, n, rr, got256[rr], want);
         }
         free(w); free(p); free(x); free(row); free(a);
     }
