@@ -767,7 +767,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
     }
     quant_job q;
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
-    swiglu_job j = {k->dot8[gate->type], gate, up, act_buf, out, k->silu_mul, slicing_for(k, gate)};
+    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act_buf, out, k->silu_mul, slicing_for(k, gate)};
     for_items(ff / 8, swiglu_items, &j, &q.all);
 }
 
@@ -847,6 +847,7 @@ void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, i
 }
 
 void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
-    swiglu_job j = {plumb_kernels_active()->dot8[gate->type], gate, up, act, out, plumb_kernels_active()->silu_mul, slicing_for(plumb_kernels_active(), gate)};
+    const plumb_kernels *k = plumb_kernels_active();
+    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act, out, k->silu_mul, slicing_for(k, gate)};
     team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }
