@@ -666,6 +666,87 @@ T512 static inline __attribute__((always_inline)) void dot8_q45_K_avx512(int n, 
 T512 static void dot8_q4_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 0); }
 T512 static void dot8_q5_K_avx512(int n, const void *wv, const void *av, float *out) { dot8_q45_K_avx512(n, wv, av, out, 1); }
 
+/* Q4_K (FIVE = 0) and Q5_K (FIVE = 1), two 8-row groups x four tokens
+ * (prefill, batched decode), as gemm16_q4x_avx512 does the 32-wide types: a
+ * register holds a step of group 0 (rows 0-7) in its low half and of group
+ * 1 (rows 8-15) in its high half, so each 4-byte activation broadcast feeds
+ * 16 rows and no permute is needed; the quants, Q5_K's fifth bits and the
+ * 6-bit scales unpack once for the four tokens. out[t][0..8) are group 0's
+ * rows, out[t][8..16) group 1's. */
+T512 static inline __m512i pair512(const uint8_t *p0, const uint8_t *p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)), _mm256_loadu_si256((const __m256i *)p1), 1);
+}
+
+T512 static inline __attribute__((always_inline)) void gemm16_q45_K_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out,
+                                                                          const int FIVE) {
+    const uint8_t *w0 = w0v, *w1 = w1v;
+    const size_t group = 8 * (FIVE ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x03), b16 = _mm512_set1_epi8(0x10);
+    const __m512i w16 = _mm512_set1_epi32(0x00FF00FF), ff = _mm512_set1_epi32(0xFF);
+    const block_q8_K *a[4] = {av[0], av[1], av[2], av[3]};
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < n / QK_K; i++, w0 += group, w1 += group) {
+        /* the 16 rows' scales and mins (k4x8_scales, both groups at once) */
+        const __m512i u0 = pair512(w0 + 32, w1 + 32), u1 = pair512(w0 + 64, w1 + 64), u2 = pair512(w0 + 96, w1 + 96);
+        const __m512i sc_lo = _mm512_and_si512(u0, m6);
+        const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+        const __m512i mn_lo = _mm512_and_si512(u1, m6);
+        const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+        /* min bytes (k, k+2) of a lane as int16 words, for k = 0, 1, 4, 5 */
+        const __m512i mn[4] = {_mm512_and_si512(mn_lo, w16), _mm512_and_si512(_mm512_srli_epi32(mn_lo, 8), w16), _mm512_and_si512(mn_hi, w16),
+                               _mm512_and_si512(_mm512_srli_epi32(mn_hi, 8), w16)};
+        __m512i isum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        const uint8_t *q0 = w0 + 128 + (FIVE ? 256 : 0), *q1 = w1 + 128 + (FIVE ? 256 : 0);
+        for (int j = 0; j < QK_K / 64; j++) {
+            const __m512i bit_lo = _mm512_set1_epi8((char)(1 << (2 * j))), bit_hi = _mm512_set1_epi8((char)(2 << (2 * j)));
+            __m512i s_lo[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+            __m512i s_hi[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+            for (int st = 0; st < 8; st++) {
+                const __m512i x = pair512(q0 + 256 * j + 32 * st, q1 + 256 * j + 32 * st);
+                __m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                if (FIVE) {
+                    const __m512i qh = pair512(w0 + 128 + 32 * st, w1 + 128 + 32 * st);
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, bit_lo), lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, bit_hi), hi, b16);
+                }
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const int8_t *aq = a[t][i].qs + 64 * j + 4 * st;
+                    s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, _mm512_set1_epi32(load_i32_512(aq)));
+                    s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, _mm512_set1_epi32(load_i32_512(aq + 32)));
+                }
+            }
+            /* sub-blocks 2j and 2j + 1: their scales, a row per lane */
+            const __m512i sl = _mm512_and_si512(_mm512_srli_epi32(2 * j < 4 ? sc_lo : sc_hi, 8 * ((2 * j) & 3)), ff);
+            const __m512i sh = _mm512_and_si512(_mm512_srli_epi32(2 * j + 1 < 4 ? sc_lo : sc_hi, 8 * ((2 * j + 1) & 3)), ff);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sl), _mm512_mullo_epi32(s_hi[t], sh)));
+        }
+        const __m512 d = half16_512(w0, w1, 0), dmin = half16_512(w0, w1, 16);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            /* sum over sub-blocks of min_k x B_k (B_k: sub-block k's activation sum), as k4x8_scales */
+            const __m256i b = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[t][i].bsums), _mm256_set1_epi16(1));
+            const __m256i pairs = _mm256_shuffle_epi8(_mm256_packs_epi32(b, b), _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5,
+                                                                                                 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7));
+            const __m512i p = _mm512_castsi256_si512(pairs);
+            __m512i mins = _mm512_madd_epi16(mn[0], _mm512_permutexvar_epi32(_mm512_set1_epi32(0), p));
+            mins = _mm512_add_epi32(mins, _mm512_madd_epi16(mn[1], _mm512_permutexvar_epi32(_mm512_set1_epi32(1), p)));
+            mins = _mm512_add_epi32(mins, _mm512_madd_epi16(mn[2], _mm512_permutexvar_epi32(_mm512_set1_epi32(4), p)));
+            mins = _mm512_add_epi32(mins, _mm512_madd_epi16(mn[3], _mm512_permutexvar_epi32(_mm512_set1_epi32(5), p)));
+            const __m512 da = _mm512_set1_ps(a[t][i].d);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(mins), acc[t]);
+        }
+    }
+    for (int t = 0; t < 4; t++) _mm512_storeu_ps(out[t], acc[t]);
+}
+
+T512 static void gemm16_q4_K_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q45_K_avx512(n, w0, w1, av, out, 0); }
+T512 static void gemm16_q5_K_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q45_K_avx512(n, w0, w1, av, out, 1); }
+
 /* bits of LO where m4 is set (the low nibble), of HI elsewhere: vpternlogd's "m4 ? LO : HI" */
 #define Q6_SELECT_LO(LO, HI) _mm512_ternarylogic_epi32((LO), (HI), m4, 0xE4)
 
@@ -722,6 +803,68 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
         acc = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
     }
     _mm256_storeu_ps(out, acc);
+}
+
+/* Q6_K, two 8-row groups x four tokens (prefill, batched decode): each
+ * register a step of group 0 (rows 0-7) in its low half and of group 1 in
+ * its high half, so an activation broadcast feeds 16 rows; the 6-bit values
+ * are built as dot8_q6_K_avx512 builds them, once for the four tokens; the
+ * -32 offset comes off through the bsums, per group (q6x8_scale_bsums). */
+T512 static void gemm16_q6_K_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out) {
+    const uint8_t *w0 = w0v, *w1 = w1v;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m0145 = _mm512_set1_epi8(0x33);
+    const block_q8_K *a[4] = {av[0], av[1], av[2], av[3]};
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0; i < n / QK_K; i++, w0 += 8 * sizeof(block_q6_K), w1 += 8 * sizeof(block_q6_K)) {
+        __m512i sc[4];
+        for (int k = 0; k < 4; k++) sc[k] = pair512(w0 + 16 + 32 * k, w1 + 16 + 32 * k);
+        const uint8_t *ql0 = w0 + 144, *qh0 = w0 + 144 + 1024, *ql1 = w1 + 144, *qh1 = w1 + 144 + 1024;
+        __m512i isum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 2; g++) {
+                __m512i s1[4], s2[4], s3[4], s4[4];
+                for (int t = 0; t < 4; t++) s1[t] = s2[t] = s3[t] = s4[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int st = 4 * g; st < 4 * g + 4; st++) {
+                    const __m512i la = pair512(ql0 + 32 * (16 * h + st), ql1 + 32 * (16 * h + st));
+                    const __m512i lb = pair512(ql0 + 32 * (16 * h + 8 + st), ql1 + 32 * (16 * h + 8 + st));
+                    const __m512i hb = pair512(qh0 + 32 * (8 * h + st), qh1 + 32 * (8 * h + st));
+                    const __m512i h01 = _mm512_and_si512(hb, m0145), h23 = _mm512_andnot_si512(m0145, hb);
+                    const __m512i q1 = Q6_SELECT_LO(la, _mm512_slli_epi16(h01, 4));
+                    const __m512i q2 = Q6_SELECT_LO(lb, _mm512_slli_epi16(h23, 2));
+                    const __m512i q3 = Q6_SELECT_LO(_mm512_srli_epi16(la, 4), h01);
+                    const __m512i q4 = Q6_SELECT_LO(_mm512_srli_epi16(lb, 4), _mm512_srli_epi16(h23, 2));
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++) {
+                        const int8_t *aq = a[t][i].qs + 128 * h + 4 * st;
+                        s1[t] = _mm512_dpbusd_epi32(s1[t], q1, _mm512_set1_epi32(load_i32_512(aq)));
+                        s2[t] = _mm512_dpbusd_epi32(s2[t], q2, _mm512_set1_epi32(load_i32_512(aq + 32)));
+                        s3[t] = _mm512_dpbusd_epi32(s3[t], q3, _mm512_set1_epi32(load_i32_512(aq + 64)));
+                        s4[t] = _mm512_dpbusd_epi32(s4[t], q4, _mm512_set1_epi32(load_i32_512(aq + 96)));
+                    }
+                }
+                const int k = 8 * h + g; /* the sub-blocks of s1..s4: k, k+2, k+4, k+6 (Q6X8_SCALE's byte picks, 16 lanes) */
+#define Q6X16_SCALE(k) \
+    (((k) & 3) == 3 ? _mm512_srai_epi32(sc[(k) >> 2], 24) : _mm512_srai_epi32(_mm512_slli_epi32(sc[(k) >> 2], 24 - 8 * ((k) & 3)), 24))
+                const __m512i c1 = Q6X16_SCALE(k), c2 = Q6X16_SCALE(k + 2), c3 = Q6X16_SCALE(k + 4), c4 = Q6X16_SCALE(k + 6);
+#undef Q6X16_SCALE
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const __m512i p12 = _mm512_add_epi32(_mm512_mullo_epi32(s1[t], c1), _mm512_mullo_epi32(s2[t], c2));
+                    const __m512i p34 = _mm512_add_epi32(_mm512_mullo_epi32(s3[t], c3), _mm512_mullo_epi32(s4[t], c4));
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(p12, p34));
+                }
+            }
+        __m256i sc0[4], sc1[4];
+        for (int k = 0; k < 4; k++) sc0[k] = _mm512_castsi512_si256(sc[k]), sc1[k] = _mm512_extracti64x4_epi64(sc[k], 1);
+        const __m512 d = half16_512(w0, w1, 0);
+        for (int t = 0; t < 4; t++) {
+            const __m512i off = _mm512_inserti64x4(_mm512_castsi256_si512(q6x8_scale_bsums(sc0, a[t][i].bsums)), q6x8_scale_bsums(sc1, a[t][i].bsums), 1);
+            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t][i].d)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+    for (int t = 0; t < 4; t++) _mm512_storeu_ps(out[t], acc[t]);
 }
 
 /* Q4_K / Q5_K with 512-bit registers: two 64-value slices per step (their
@@ -845,7 +988,7 @@ T512 static int64_t int8_peak_avx512(int64_t rounds) {
 #undef DECL
 #undef STEP
 #undef SUM
-    peak_sink = _mm512_reduce_add_epi32(tot);
+    peak_sink = _mm_cvtsi128_si32(_mm512_castsi512_si128(tot)); /* (a lane, not reduce_add: its C additions would overflow) */
     return rounds * 16 * 64;
 }
 
@@ -891,7 +1034,8 @@ static const plumb_kernels avx512_vnni = {
                  [PLUMB_TYPE_Q4_K] = dot8_q4_K_vnni512, [PLUMB_TYPE_Q5_K] = dot8_q5_K_vnni512, [PLUMB_TYPE_Q6_K] = dot8_q6_K_vnni512},
     .gemm8 = {[PLUMB_TYPE_Q8_0] = gemm8_q8_0_vnni512, [PLUMB_TYPE_Q4_0] = gemm8_q4_0_vnni512, [PLUMB_TYPE_Q4_1] = gemm8_q4_1_vnni512},
     .dot4t = AVX2_DOT4T_K,
-    .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512, [PLUMB_TYPE_Q4_1] = gemm16_q4_1_avx512},
+    .gemm16 = {[PLUMB_TYPE_Q8_0] = gemm16_q8_0_avx512, [PLUMB_TYPE_Q4_0] = gemm16_q4_0_avx512, [PLUMB_TYPE_Q4_1] = gemm16_q4_1_avx512,
+               [PLUMB_TYPE_Q4_K] = gemm16_q4_K_avx512, [PLUMB_TYPE_Q5_K] = gemm16_q5_K_avx512, [PLUMB_TYPE_Q6_K] = gemm16_q6_K_avx512},
     .f16_to_f32 = f16_to_f32,
     .quantize_q8a = AVX2_QUANTIZE_Q8A,
     .quantize_q8K = AVX2_QUANTIZE_Q8K,

@@ -127,24 +127,34 @@ static void kc_check_dot8(const plumb_kernels *k, uint32_t type, kc_result *r) {
         }
         float got[8];
         k->dot8[type](n, p, a, got);
-        if (k->gemm16[type]) { /* two groups (the same one twice) x 4 tokens against dot8 */
-            block_q8a *acts[4];
-            float outs[4][16], *op[4] = {outs[0], outs[1], outs[2], outs[3]};
-            for (int tk = 0; tk < 4; tk++) {
-                acts[tk] = malloc(sizeof(block_q8a) * (size_t)(n / 32));
-                for (int i = 0; i < n; i++) row[i] = x[i] * (float)(tk + 1);
-                plumb_quantize_q8a(row, acts[tk], n);
+        if (k->gemm16[type]) { /* two groups (this one and one of other rows) x 4 tokens against dot8 */
+            uint8_t *w2 = malloc(8 * rb), *p2 = malloc(8 * rb);
+            for (int rr = 0; rr < 8; rr++) {
+                kc_random(row, n, &rng, 0.1f);
+                t->from_float(row, w2 + (size_t)rr * rb, n);
             }
-            k->gemm16[type](n, p, p, (const void *const *)acts, op);
+            plumb_repack8(type, w2, rb, n, p2);
+            void *acts[4];
+            float outs[4][16], *op[4] = {outs[0], outs[1], outs[2], outs[3]};
+            for (int tk = 0; tk < 4; tk++) { /* token tk: the activations scaled by tk + 1 */
+                acts[tk] = malloc(plumb_matmul_act_bytes(type, n, 1));
+                for (int i = 0; i < n; i++) row[i] = x[i] * (float)(tk + 1);
+                if (q8k) plumb_quantize_q8_K(row, acts[tk], n);
+                else plumb_quantize_q8a(row, acts[tk], n);
+            }
+            k->gemm16[type](n, p, p2, (const void *const *)acts, op);
             for (int tk = 0; tk < 4; tk++) {
-                float single[8];
+                float single[16];
                 k->dot8[type](n, p, acts[tk], single);
+                k->dot8[type](n, p2, acts[tk], single + 8);
                 for (int rr = 0; rr < 16; rr++) {
-                    if (fabsf(outs[tk][rr] - single[rr % 8]) <= 1e-4f * (fabsf(single[rr % 8]) + 1)) r->passed++;
-                    else kc_fail(r, "%s gemm16 %s n=%d token %d row %d: %.7g vs dot8 %.7g", k->name, t->name, n, tk, rr, outs[tk][rr], single[rr % 8]);
+                    if (fabsf(outs[tk][rr] - single[rr]) <= 1e-4f * (fabsf(single[rr]) + 1)) r->passed++;
+                    else kc_fail(r, "%s gemm16 %s n=%d token %d row %d: %.7g vs dot8 %.7g", k->name, t->name, n, tk, rr, outs[tk][rr], single[rr]);
                 }
                 free(acts[tk]);
             }
+            free(w2);
+            free(p2);
         }
         if (k->gemm8[type]) { /* the multi-token kernel: token tk gets the activations scaled by t+1 */
             for (int nt = 4; nt <= 4; nt++) {
