@@ -501,13 +501,20 @@ T512 static inline __attribute__((always_inline)) void gemm16_q4x_avx512(int n, 
 T512 static void gemm16_q4_0_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q4x_avx512(n, w0, w1, av, out, 0); }
 T512 static void gemm16_q4_1_avx512(int n, const void *w0, const void *w1, const void *const *av, float *const *out) { gemm16_q4x_avx512(n, w0, w1, av, out, 1); }
 
-#define Q8_STEP16(T, A) i##T = _mm512_dpbusd_epi32(i##T, ax, _mm512_mask_sub_epi8(_mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)), neg, zero, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s))))
-#define Q8_FINISH16(T, A) acc##T = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(A[b].d)), _mm512_cvtepi32_ps(i##T), acc##T)
+/* Q8_0: the weights made unsigned by flipping their sign bits (x + 128, one
+ * vpxord a step, shared by the four tokens) so vpdpbusd takes them as they
+ * are: sum((x + 128) a) = sum(x a) + 128 sum(a), and the second term comes
+ * off in floats with the block's d_a * sum(a) (block_q8a.s), as Q4_0's -8
+ * does. The sign-carrying form (|x|, and each token's activations negated
+ * where x < 0) cost a masked subtract per token and step; this one none. */
+#define Q8_STEP16(T, A) i##T = _mm512_dpbusd_epi32(i##T, ux, _mm512_set1_epi32(load_i32_512(A[b].qs + 4 * s)))
+#define Q8_FINISH16(T, A) \
+    acc##T = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(i##T), _mm512_set1_ps(A[b].d), _mm512_set1_ps(128.0f * A[b].s)), acc##T)
 
 T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, const void *const *av, float *const *out) {
     const uint8_t *w0 = w0v, *w1 = w1v;
     const block_q8a *a0 = av[0], *a1 = av[1], *a2 = av[2], *a3 = av[3];
-    const __m512i zero = _mm512_setzero_si512();
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     for (int b = 0; b < n / 32; b++, w0 += 16 + 8 * 32, w1 += 16 + 8 * 32) {
         for (int l = 0; l < 272; l += 64) {
@@ -516,15 +523,12 @@ T512 static void gemm16_q8_0_avx512(int n, const void *w0v, const void *w1v, con
         }
         __m512i i0 = _mm512_setzero_si512(), i1 = i0, i2 = i0, i3 = i0;
         for (int s = 0; s < 8; s++) {
-            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
-                                                 _mm256_loadu_si256((const __m256i *)(w1 + 16 + 32 * s)), 1);
-            /* |x| as the unsigned operand; the activations take x's signs */
-            const __mmask64 neg = _mm512_movepi8_mask(x);
-            const __m512i ax = _mm512_abs_epi8(x);
+            const __m512i ux = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(w0 + 16 + 32 * s))),
+                                                                   _mm256_loadu_si256((const __m256i *)(w1 + 16 + 32 * s)), 1),
+                                                flip);
             Q8_STEP16(0, a0); Q8_STEP16(1, a1); Q8_STEP16(2, a2); Q8_STEP16(3, a3);
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w0)),
-                                                                  _mm_loadu_si128((const __m128i *)w1), 1));
+        const __m512 dw = half16_512(w0, w1, 0);
         Q8_FINISH16(0, a0); Q8_FINISH16(1, a1); Q8_FINISH16(2, a2); Q8_FINISH16(3, a3);
     }
     _mm512_storeu_ps(out[0], acc0); _mm512_storeu_ps(out[1], acc1); _mm512_storeu_ps(out[2], acc2); _mm512_storeu_ps(out[3], acc3);
