@@ -278,47 +278,37 @@ static inline __attribute__((always_inline)) void q6_K_prefetch_step(const uint8
  * cover each instruction's latency at full throughput, as named variables
  * (an array of them is kept in memory at -O2). They start distinct, or the
  * compiler computes one for all; the operands go through an empty asm
- * statement, so nothing folds; the sums end in a volatile sink. ---- */
-#define EACH8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
-#define EACH16(M) EACH8(M) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
-static volatile int32_t peak_sink;
-#define OPAQUE(v) __asm__("" : "+x"(v))
-
-/* the AVX2 kernels' multiply-add: vpmaddubsw, vpmaddwd by ones, vpaddd (32 int8 products) */
-TARGET static int64_t int8_peak_avx2(int64_t rounds) {
-    __m256i u = _mm256_set1_epi8(1), v = _mm256_set1_epi8(1), tot = _mm256_setzero_si256();
-    const __m256i ones = _mm256_set1_epi16(1);
-#define DECL(i) __m256i acc##i = _mm256_set1_epi32(i);
-#define STEP(i) OPAQUE(u); acc##i = _mm256_add_epi32(acc##i, _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), ones));
-#define SUM(i) tot = _mm256_add_epi32(tot, acc##i);
-    EACH8(DECL)
-    for (int64_t r = 0; r < rounds; r++) { EACH8(STEP) }
-    EACH8(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-    peak_sink = _mm256_extract_epi32(tot, 0);
-    return rounds * 8 * 32;
-}
-
-TARGET static int64_t f32_peak_avx2(int64_t rounds) {
-    __m256 a = _mm256_set1_ps(1e-9f), b = _mm256_set1_ps(1.0f), tot = _mm256_setzero_ps();
-#define DECL(i) __m256 acc##i = _mm256_set1_ps((float)i);
-#define STEP(i) acc##i = _mm256_fmadd_ps(a, b, acc##i);
-#define SUM(i) tot = _mm256_add_ps(tot, acc##i);
-    EACH8(DECL)
-    for (int64_t r = 0; r < rounds; r++) {
-        OPAQUE(a);
-        OPAQUE(b);
-        EACH8(STEP)
+ * statement each round, so nothing folds; the sums end in a volatile sink.
+ * PEAK_FN(attributes, name, vector type, EACH8|EACH16, accumulators,
+ * multiply-adds a step, operand, INIT(i), STEP(acc), ADD, SINK(tot)). ---- */
+#define EACH8(M, X, Y) M(0, X, Y) M(1, X, Y) M(2, X, Y) M(3, X, Y) M(4, X, Y) M(5, X, Y) M(6, X, Y) M(7, X, Y)
+#define EACH16(M, X, Y) EACH8(M, X, Y) M(8, X, Y) M(9, X, Y) M(10, X, Y) M(11, X, Y) M(12, X, Y) M(13, X, Y) M(14, X, Y) M(15, X, Y)
+#define PEAK_DECL(i, V, INIT) V acc##i = INIT(i);
+#define PEAK_STEP(i, STEP, _) acc##i = STEP(acc##i);
+#define PEAK_SUM(i, ADD, _) tot = ADD(tot, acc##i);
+#define PEAK_FN(ATTR, NAME, V, EACH, ACCS, MACS, OPERAND, INIT, STEP, ADD, SINK) \
+    ATTR static int64_t NAME(int64_t rounds) {                                \
+        V u = OPERAND, v = OPERAND, tot = INIT(0);                            \
+        EACH(PEAK_DECL, V, INIT)                                              \
+        for (int64_t r = 0; r < rounds; r++) {                                \
+            __asm__("" : "+v"(u), "+v"(v));                                   \
+            EACH(PEAK_STEP, STEP, 0)                                          \
+        }                                                                     \
+        EACH(PEAK_SUM, ADD, 0)                                                \
+        peak_sink = (int32_t)(SINK(tot));                                     \
+        return rounds * (ACCS) * (MACS);                                      \
     }
-    EACH8(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-    peak_sink = (int32_t)_mm256_cvtss_f32(tot);
-    return rounds * 8 * 8;
-}
+static volatile int32_t peak_sink;
+#define I32X8(i) _mm256_set1_epi32(i)
+#define F32X8(i) _mm256_set1_ps((float)(i))
+#define LANE0_I256(t) _mm256_extract_epi32(t, 0)
+#define LANE0_F256(t) _mm256_cvtss_f32(t)
+/* the AVX2 kernels' multiply-add: vpmaddubsw, vpmaddwd by ones, vpaddd (32 int8 products); u passes the
+ * empty asm before each, or every accumulator would share one product */
+#define MADDUBS_STEP(acc) ({ __asm__("" : "+v"(u)); _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1))); })
+#define FMA256_STEP(acc) _mm256_fmadd_ps(u, v, acc)
+PEAK_FN(TARGET, int8_peak_avx2, __m256i, EACH8, 8, 32, _mm256_set1_epi8(1), I32X8, MADDUBS_STEP, _mm256_add_epi32, LANE0_I256)
+PEAK_FN(TARGET, f32_peak_avx2, __m256, EACH8, 8, 8, _mm256_set1_ps(1.0f), F32X8, FMA256_STEP, _mm256_add_ps, LANE0_F256)
 
 static const plumb_kernels avx2 = {
     .name = "avx2",
@@ -347,24 +337,8 @@ static const plumb_kernels avx2 = {
     .f32_peak = f32_peak_avx2,
 };
 
-VNNI_TARGET static int64_t int8_peak_avx2_vnni(int64_t rounds) {
-    __m256i u = _mm256_set1_epi8(1), v = _mm256_set1_epi8(1), tot = _mm256_setzero_si256();
-#define DECL(i) __m256i acc##i = _mm256_set1_epi32(i);
-#define STEP(i) acc##i = _mm256_dpbusd_avx_epi32(acc##i, u, v);
-#define SUM(i) tot = _mm256_add_epi32(tot, acc##i);
-    EACH8(DECL)
-    for (int64_t r = 0; r < rounds; r++) {
-        OPAQUE(u);
-        OPAQUE(v);
-        EACH8(STEP)
-    }
-    EACH8(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-    peak_sink = _mm256_extract_epi32(tot, 0);
-    return rounds * 8 * 32;
-}
+#define DPB256_STEP(acc) _mm256_dpbusd_avx_epi32(acc, u, v)
+PEAK_FN(VNNI_TARGET, int8_peak_avx2_vnni, __m256i, EACH8, 8, 32, _mm256_set1_epi8(1), I32X8, DPB256_STEP, _mm256_add_epi32, LANE0_I256)
 
 /* The same table with AVX-VNNI multiply-adds for the 32-wide block types. */
 static const plumb_kernels avx2_vnni = {
@@ -978,41 +952,14 @@ T512 static float dot_q6_K_avx512(int n, const void *wv, const void *av) {
     return hsum_ps(acc);
 }
 
-T512 static int64_t int8_peak_avx512(int64_t rounds) {
-    __m512i u = _mm512_set1_epi8(1), v = _mm512_set1_epi8(1), tot = _mm512_setzero_si512();
-#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
-#define STEP(i) acc##i = _mm512_dpbusd_epi32(acc##i, u, v);
-#define SUM(i) tot = _mm512_add_epi32(tot, acc##i);
-    EACH16(DECL)
-    for (int64_t r = 0; r < rounds; r++) {
-        __asm__("" : "+v"(u), "+v"(v));
-        EACH16(STEP)
-    }
-    EACH16(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-    peak_sink = _mm_cvtsi128_si32(_mm512_castsi512_si128(tot)); /* (a lane, not reduce_add: its C additions would overflow) */
-    return rounds * 16 * 64;
-}
-
-T512 static int64_t f32_peak_avx512(int64_t rounds) {
-    __m512 a = _mm512_set1_ps(1e-9f), b = _mm512_set1_ps(1.0f), tot = _mm512_setzero_ps();
-#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)i);
-#define STEP(i) acc##i = _mm512_fmadd_ps(a, b, acc##i);
-#define SUM(i) tot = _mm512_add_ps(tot, acc##i);
-    EACH16(DECL)
-    for (int64_t r = 0; r < rounds; r++) {
-        __asm__("" : "+v"(a), "+v"(b));
-        EACH16(STEP)
-    }
-    EACH16(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-    peak_sink = (int32_t)_mm512_reduce_add_ps(tot);
-    return rounds * 16 * 16;
-}
+#define I32X16(i) _mm512_set1_epi32(i)
+#define F32X16(i) _mm512_set1_ps((float)(i))
+#define LANE0_I512(t) _mm_cvtsi128_si32(_mm512_castsi512_si128(t)) /* (a lane, not reduce_add: its C additions would overflow) */
+#define LANE0_F512(t) _mm_cvtss_f32(_mm512_castps512_ps128(t))
+#define DPB512_STEP(acc) _mm512_dpbusd_epi32(acc, u, v)
+#define FMA512_STEP(acc) _mm512_fmadd_ps(u, v, acc)
+PEAK_FN(T512, int8_peak_avx512, __m512i, EACH16, 16, 64, _mm512_set1_epi8(1), I32X16, DPB512_STEP, _mm512_add_epi32, LANE0_I512)
+PEAK_FN(T512, f32_peak_avx512, __m512, EACH16, 16, 16, _mm512_set1_ps(1.0f), F32X16, FMA512_STEP, _mm512_add_ps, LANE0_F512)
 
 /* The AVX2-VNNI table's kernels (built for AVX-512 VNNI's vpdpbusd) plus the
  * 512-bit and 16-row kernels. */
