@@ -62,6 +62,11 @@ typedef struct {
     int8_t scales[QK_K / 16];
     plumb_half d;
 } block_q6_K;                                                                 /* 210 B */
+/* Q6_K's 8-row repacked layout (quant/repack.c): where the 32-byte step of
+ * kind KIND (0: ql step 16h+st, 1: ql step 16h+8+st, 2: qh step 8h+st) lies in
+ * a group's super-block, st 0..7 of half h 0..1. The kernels read a group's
+ * quants front to back in this order, one stream for the hardware prefetcher. */
+#define Q6X8_STEP(h, st, kind) (144 + 768 * (h) + 192 * ((st) >> 1) + 64 * (kind) + 32 * ((st) & 1))
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K; /* 292 B */
 
 /* What the activation vector is turned into before a dot product with a row

@@ -31,8 +31,13 @@
  * Q6_K: per super-block of the group (8 x 210 bytes):
  *   d[8]            fp16
  *   sc[4][8]        each row's 16 int8 sub-block scales as four 32-bit words
- *   ql              32 steps of 4 bytes a row: step t = ql bytes 4t..4t+3
- *   qh              16 steps: step u = qh bytes 4u..4u+3 */
+ *   quants          ql's 32 steps of 4 bytes a row (step t = ql bytes
+ *                   4t..4t+3) and qh's 16 (step u = qh bytes 4u..4u+3), in
+ *                   the order the kernels use them: per half h and pair of
+ *                   steps p, ql steps 16h+2p, 16h+2p+1, then 16h+8+2p, +1,
+ *                   then qh steps 8h+2p, +1 (Q6X8_STEP). Kept as three
+ *                   regions (all ql, then all qh) the reads jumped between
+ *                   them, and Zen 4's prefetchers did not follow. */
 
 /* Row r's super-block b (a block_q4_K, block_q5_K or block_q6_K) into the
  * group's super-block g, or back into b (unpack != 0). */
@@ -42,8 +47,8 @@ static void k_move(uint32_t type, uint8_t *g, uint8_t *b, int r, int unpack) {
         block_q6_K *q6 = (block_q6_K *)b;
         MOVE(g + 2 * r, &q6->d, 2);
         for (int w = 0; w < 4; w++) MOVE(g + 16 + 32 * w + 4 * r, q6->scales + 4 * w, 4);
-        for (int t = 0; t < 32; t++) MOVE(g + 144 + 32 * t + 4 * r, q6->ql + 4 * t, 4);
-        for (int u = 0; u < 16; u++) MOVE(g + 144 + 1024 + 32 * u + 4 * r, q6->qh + 4 * u, 4);
+        for (int t = 0; t < 32; t++) MOVE(g + Q6X8_STEP(t / 16, t % 8, (t / 8) % 2) + 4 * r, q6->ql + 4 * t, 4);
+        for (int u = 0; u < 16; u++) MOVE(g + Q6X8_STEP(u / 8, u % 8, 2) + 4 * r, q6->qh + 4 * u, 4);
         return;
     }
     /* Q4_K and Q5_K: the header (d, dmin, scale words), Q5_K's qh steps, the quant steps */

@@ -740,7 +740,6 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
     for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q6_K)) {
         __m256i sc[4];
         for (int k = 0; k < 4; k++) sc[k] = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * k));
-        const uint8_t *ql = w + 144, *qh = w + 144 + 1024;
         __m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -752,9 +751,9 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
                 __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1, s4 = s1;
 #pragma GCC unroll 2
                 for (int p = 2 * g; p < 2 * g + 2; p++) {
-                    const __m512i la = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 2 * p))),
-                                  lb = _mm512_loadu_si512((const void *)(ql + 32 * (16 * h + 8 + 2 * p))),
-                                  hb = _mm512_loadu_si512((const void *)(qh + 32 * (8 * h + 2 * p)));
+                    const __m512i la = _mm512_loadu_si512((const void *)(w + Q6X8_STEP(h, 2 * p, 0))),
+                                  lb = _mm512_loadu_si512((const void *)(w + Q6X8_STEP(h, 2 * p, 1))),
+                                  hb = _mm512_loadu_si512((const void *)(w + Q6X8_STEP(h, 2 * p, 2)));
                     /* each value: its low nibble from ql, bits 4-5 from qh, bits 6-7 zero. With qh split
                      * into bit pairs 0,1,4,5 (h01) and 2,3,6,7 (h23), a shift puts a value's pair at bits
                      * 4-5 with zeros above, and one vpternlogd takes the low nibble from ql and the rest
@@ -796,7 +795,6 @@ T512 static void gemm16_q6_K_avx512(int n, const void *w0v, const void *w1v, con
     for (int i = 0; i < n / QK_K; i++, w0 += 8 * sizeof(block_q6_K), w1 += 8 * sizeof(block_q6_K)) {
         __m512i sc[4];
         for (int k = 0; k < 4; k++) sc[k] = pair512(w0 + 16 + 32 * k, w1 + 16 + 32 * k);
-        const uint8_t *ql0 = w0 + 144, *qh0 = w0 + 144 + 1024, *ql1 = w1 + 144, *qh1 = w1 + 144 + 1024;
         __m512i isum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 2; g++) {
@@ -804,9 +802,9 @@ T512 static void gemm16_q6_K_avx512(int n, const void *w0v, const void *w1v, con
                 for (int t = 0; t < 4; t++) s1[t] = s2[t] = s3[t] = s4[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int st = 4 * g; st < 4 * g + 4; st++) {
-                    const __m512i la = pair512(ql0 + 32 * (16 * h + st), ql1 + 32 * (16 * h + st));
-                    const __m512i lb = pair512(ql0 + 32 * (16 * h + 8 + st), ql1 + 32 * (16 * h + 8 + st));
-                    const __m512i hb = pair512(qh0 + 32 * (8 * h + st), qh1 + 32 * (8 * h + st));
+                    const __m512i la = pair512(w0 + Q6X8_STEP(h, st, 0), w1 + Q6X8_STEP(h, st, 0));
+                    const __m512i lb = pair512(w0 + Q6X8_STEP(h, st, 1), w1 + Q6X8_STEP(h, st, 1));
+                    const __m512i hb = pair512(w0 + Q6X8_STEP(h, st, 2), w1 + Q6X8_STEP(h, st, 2));
                     const __m512i h01 = _mm512_and_si512(hb, m0145), h23 = _mm512_andnot_si512(m0145, hb);
                     const __m512i q1 = Q6_SELECT_LO(la, _mm512_slli_epi16(h01, 4));
                     const __m512i q2 = Q6_SELECT_LO(lb, _mm512_slli_epi16(h23, 2));
