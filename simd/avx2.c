@@ -262,11 +262,13 @@ TARGET static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
  * rather than all 27 at its top: on the 2-core development machine
  * (AVX-512), six rounds alternating, TinyLlama Q6_K decode medians 27.43 ->
  * 28.33 tok/s at 1 thread, 46.75 -> 52.49 at 2; 8 KiB alone was slower,
- * spreading alone gained less (bench/results/s14-q6k-prefetch/). */
+ * spreading alone gained less (bench/results/s14-q6k-prefetch/). Off where
+ * plumb_weight_prefetch is (Zen 4: simd/matmul.c says why). */
 #ifndef Q6_K_AHEAD
 #define Q6_K_AHEAD 8192
 #endif
-static inline __attribute__((always_inline)) void q6_K_prefetch_step(const uint8_t *group, int step) {
+static inline __attribute__((always_inline)) void q6_K_prefetch_step(const uint8_t *group, int step, int pf) {
+    if (!pf) return;
     enum { BYTES = 8 * sizeof(block_q6_K), STEP = (BYTES / 4 + 63) / 64 * 64 }; /* whole lines a step; the last step's are fewer */
     for (int l = STEP * step; l < STEP * (step + 1) && l < BYTES; l += 64) _mm_prefetch((const char *)group + Q6_K_AHEAD + l, _MM_HINT_T0);
 }
@@ -736,6 +738,7 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
     const __m512i m4 = _mm512_set1_epi8(0x0F), m0145 = _mm512_set1_epi8(0x33);
     const __m512i lo_idx[4] = {act_pair_idx(0, 1), act_pair_idx(2, 3), act_pair_idx(4, 5), act_pair_idx(6, 7)};
     const __m512i hi_idx[4] = {act_pair_idx(8, 9), act_pair_idx(10, 11), act_pair_idx(12, 13), act_pair_idx(14, 15)};
+    const int pf = plumb_weight_prefetch;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++, w += 8 * sizeof(block_q6_K)) {
         __m256i sc[4];
@@ -747,7 +750,7 @@ T512 static void dot8_q6_K_avx512(int n, const void *wv, const void *av, float *
             const __m512i a0 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h)), a1 = _mm512_loadu_si512((const void *)(a[i].qs + 128 * h + 64));
 #pragma GCC unroll 2
             for (int g = 0; g < 2; g++) {
-                q6_K_prefetch_step(w, 2 * h + g);
+                q6_K_prefetch_step(w, 2 * h + g, pf);
                 __m512i s1 = _mm512_setzero_si512(), s2 = s1, s3 = s1, s4 = s1;
 #pragma GCC unroll 2
                 for (int p = 2 * g; p < 2 * g + 2; p++) {
