@@ -358,10 +358,16 @@ typedef struct {
  *
  * Two runs (where a table's dot8_runs asks for them) on AMD Zen 5 (family
  * 0x1A), above. On Zen 4 (family 0x19, the development host of 2026-12-06)
- * two runs were slower: AVX-512 kernels, two runs / one run, twice each,
- * Q4_0 1.043 / 1.041 at one thread and 1.079 / 1.070 at two, Q8_0 1.131 /
- * 1.096 and 1.059 / 1.060. Other CPUs are unmeasured and read one run, as
- * every kernel did before.
+ * with software prefetch, two runs were slower: AVX-512 kernels, two runs /
+ * one run, twice each, Q4_0 1.043 / 1.041 at one thread and 1.079 / 1.070
+ * at two, Q8_0 1.131 / 1.096 and 1.059 / 1.060. Without it (below), and
+ * with Q6_K's groups in reading order, two runs are faster at one thread
+ * for every type and slower at two: Q4_0 0.922 / 0.927 and 1.106, Q8_0
+ * 0.931 / 0.944 and 1.054, Q4_1 0.939 and 1.025, Q4_K 0.939 and 1.040, Q5_K
+ * 0.938 / 0.943 and 1.059, Q6_K 0.950 / 0.932 and 1.040 (four runs against
+ * two at one thread: Q4_0 1.039, Q4_K 1.041). So Zen 4 reads two runs when
+ * a product runs on one thread, every type of the AVX-512 table. Other CPUs
+ * are unmeasured and read one run, as every kernel did before.
  *
  * Software prefetch of the weights (plumb_weight_prefetch) off on Zen 4
  * (family 0x19 with AVX-512):
@@ -394,7 +400,6 @@ static unsigned amd_family(void) {
 #endif
 }
 
-static int cpu_reads_two_runs(void) { return amd_family() >= 0x1A; }
 
 /* Zen 4: family 0x19 with AVX-512 (Zen 3, the same family, has none and is unmeasured) */
 static int cpu_is_zen4(void) {
@@ -422,11 +427,18 @@ static plumb_dot8_fn one_token_kernel(const plumb_kernels *k, uint32_t type) {
 }
 static int cpu_prefetches_weights(void) { return !cpu_is_zen4(); }
 
-static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W) {
+/* runs a thread reads at once (0 or 1: one) of TYPE through table K, when THREADS run the product */
+static int weight_runs(const plumb_kernels *k, uint32_t type, int threads) {
+    if (amd_family() >= 0x1A) return k->dot8_runs[type];
+    if (cpu_is_zen4() && threads == 1 && k == plumb_kernels_avx512_vnni()) return 2;
+    return 0;
+}
+
+static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W, int threads) {
     const plumb_type_traits *t = plumb_type_get(W->type);
     const char *e = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
     plumb_weight_prefetch = pf && (!strcmp(pf, "0") || !strcmp(pf, "1")) ? pf[0] == '1' : cpu_prefetches_weights();
-    const int runs = cpu_reads_two_runs() ? k->dot8_runs[W->type] : 0;
+    const int runs = weight_runs(k, W->type, threads);
     slicing s = {.runs = runs ? runs : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
     if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
     if (s.runs > MAX_RUNS) s.runs = MAX_RUNS;
@@ -485,15 +497,15 @@ static void dot8_items(int64_t first, int64_t count, void *ctx) {
     }
 }
 
-static void dot8_job_init(dot8_job *j, const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y) {
-    *j = (dot8_job){.dot8 = one_token_kernel(k, W[0]->type), .W = W, .act = act, .y = y, .s = slicing_for(k, W[0])};
+static void dot8_job_init(dot8_job *j, const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y, int threads) {
+    *j = (dot8_job){.dot8 = one_token_kernel(k, W[0]->type), .W = W, .act = act, .y = y, .s = slicing_for(k, W[0], threads)};
     for (int i = 0; i < nw; i++) j->first[i + 1] = j->first[i] + W[i]->rows / 8;
 }
 
 /* pre (or NULL): the activations' quantization, done in the same region */
 static void dot8_groups(const plumb_kernels *k, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const prologue *pre) {
     dot8_job j;
-    dot8_job_init(&j, k, W, nw, act, y);
+    dot8_job_init(&j, k, W, nw, act, y, omp_get_max_threads());
     for_items(j.first[nw], dot8_items, &j, pre);
 }
 
@@ -769,7 +781,7 @@ void plumb_matmul_swiglu(const plumb_matrix *gate, const plumb_matrix *up, const
     }
     quant_job q;
     quant_job_init(&q, k, gate->type, x, act_buf, gate->cols);
-    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act_buf, out, k->silu_mul, slicing_for(k, gate)};
+    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act_buf, out, k->silu_mul, slicing_for(k, gate, omp_get_max_threads())};
     for_items(ff / 8, swiglu_items, &j, &q.all);
 }
 
@@ -844,12 +856,12 @@ void plumb_quantize_act(uint32_t weight_type, const float *x, int64_t n, void *o
 
 void plumb_team_matmul_n(plumb_team *tm, int me, const plumb_matrix *const *W, int nw, const void *act, float *const *y, const plumb_prologue *pre) {
     dot8_job j;
-    dot8_job_init(&j, plumb_kernels_active(), W, nw, act, y);
+    dot8_job_init(&j, plumb_kernels_active(), W, nw, act, y, tm->nt);
     team_items(tm, me, j.first[nw], dot8_items, &j, pre);
 }
 
 void plumb_team_swiglu(plumb_team *tm, int me, const plumb_matrix *gate, const plumb_matrix *up, const void *act, float *out, const plumb_prologue *pre) {
     const plumb_kernels *k = plumb_kernels_active();
-    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act, out, k->silu_mul, slicing_for(k, gate)};
+    swiglu_job j = {one_token_kernel(k, gate->type), gate, up, act, out, k->silu_mul, slicing_for(k, gate, tm->nt)};
     team_items(tm, me, gate->rows / 8, swiglu_items, &j, pre);
 }
