@@ -81,8 +81,8 @@ typedef struct {
     int64_t (*f32_peak)(int64_t rounds);
 } plumb_kernels;
 
-/* Whether the one-token 8-row kernels (dot8) of Q8_0, Q4_0, Q4_1, Q4_K and
- * Q5_K prefetch their weights in software (1) or leave it to the hardware
+/* Whether the one-token 8-row kernels (dot8) of Q8_0, Q4_0, Q4_1, Q4_K, Q5_K
+ * and Q6_K prefetch their weights in software (1) or leave it to the hardware
  * prefetchers (0): set by the CPU when the kernels are chosen (matmul.c),
  * PLUMB_WEIGHT_PREFETCH=0|1 overrides it at each product. The kernels read
  * it once per call. */
