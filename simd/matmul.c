@@ -375,9 +375,10 @@ typedef struct {
  * kernels, without / with: Q4_0 0.882 / 0.884 at one thread and 0.973 /
  * 0.877 at two, Q8_0 0.869 / 0.844 and 0.963 / 0.967, Q4_1 0.889 and 0.974,
  * Q4_K 0.878 and 0.907, Q5_K 0.897 and 0.885; Q6_K, since its groups keep
- * their quants in the order the kernel reads them (quant/repack.c), 0.86-1.08
- * (median 0.89 of seven) at one thread and 0.86-0.99 at two (before that reorder it
- * was 1.70 and 1.46 slower without, and kept its prefetch); a plain read loop
+ * their quants in the order the kernel reads them (quant/repack.c),
+ * 0.86-1.08 (median 0.89 of seven) at one thread and 0.86-0.99 at two
+ * (before that reorder it was 1.70 and 1.46 slower without, and kept its
+ * prefetch); a plain read loop
  * there is fastest as one run without prefetch. On Zen 5 it stays on (Q8_0
  * without it 0.96-1.07 at one thread, 0.95-1.03 at two: no clear gain), and
  * on unmeasured CPUs, as before. (bench/results/s22-cpu) */
