@@ -37,6 +37,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 #include <cuda_profiler_api.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <mma.h>
@@ -169,6 +170,7 @@ struct handle {
     int att_prefetch;                          // the tensor-core attention prefetches its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1; default 0)
     int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
+    int norm_cluster;                          // batch steps' RMS norms by clusters of NORM_CLUSTER blocks a row (PLUMB_CUDA_NORM=cluster; default row)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -378,6 +380,51 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_act(float *x, const int *rows,
         }
     else
         for (int i = threadIdx.x; i < d; i += blockDim.x) ah[(size_t)r * d + i] = __float2half(xr[i] * scale * w[i]);
+}
+
+// k_rmsnorm_act's work for a row by NORM_CLUSTER blocks of one thread-block
+// cluster (sm_90; PLUMB_CUDA_NORM=cluster, opt-in until timed on a GPU). In
+// a batch step k_rmsnorm_act is n blocks of 1024 threads, so 64 rows use 64
+// of 132 multiprocessors, each pulling the row and all its split-K partials
+// through one SM's share of L2 bandwidth (ncu, H200, 7B batch 64: 3.9 and
+// 6.3 us a layer). Here block b of a row's cluster takes its b-th span of
+// d / NORM_CLUSTER values, a float4 a thread; its sum of squares goes into
+// every block's slot b (distributed shared memory) before one cluster
+// barrier, and each block adds the slots in rank order, so all of them
+// compute the same scale. (The sum's order differs from k_rmsnorm_act's:
+// the results may differ in the last bits.) Threads a block: d / (4 CL), a
+// multiple of 32 (the host checks d % (128 CL) == 0), so store_act4's
+// 8-thread groups are whole 32-value blocks.
+#define NORM_CLUSTER 4
+__global__ void __launch_bounds__(1024) k_rmsnorm_act_cl(float *x, const int *rows, const float *w, int d, float eps, int fmt, int8_t *aq, float2 *ad,
+                                                         __half *ah, psum ps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    __shared__ float part[32], slots[NORM_CLUSTER];
+    pdl_trigger();
+    const int r = blockIdx.x / NORM_CLUSTER, me = (int)cl.block_rank(), src = rows ? rows[r] : r;
+    const int i = me * (d / NORM_CLUSTER) + (int)threadIdx.x * 4;
+    float *xr = x + (size_t)src * d;
+    const float4 g = *(const float4 *)(w + i); // (no kernel writes the norm's weights: loaded before the wait)
+    pdl_wait();
+    float4 v = *(const float4 *)(xr + i);
+    if (ps.p) *(float4 *)(xr + i) = v = psum4(ps, v, src, i); // the residual stream completed
+    float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < NORM_CLUSTER) { // this block's sum into slot `me` of block threadIdx.x of the cluster
+        float u = 0;
+        for (int j = 0; j < (int)blockDim.x / 32; j++) u += part[j];
+        *cl.map_shared_rank(&slots[me], (unsigned)threadIdx.x) = u;
+    }
+    cl.sync(); // (release / acquire: every block's slots are filled)
+    float total = 0;
+#pragma unroll
+    for (int b = 0; b < NORM_CLUSTER; b++) total += slots[b];
+    const float scale = rsqrtf(total / d + eps);
+    store_act4(make_float4(v.x * scale * g.x, v.y * scale * g.y, v.z * scale * g.z, v.w * scale * g.w), r, i, d, fmt, aq, ad, ah);
+#endif
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
@@ -2686,18 +2733,28 @@ static cudaError_t gemm_allow_smem();
 
 // Every kernel of a step goes through here: on h->stream, with programmatic
 // dependent launch where the GPU has it (errors surface at cudaGetLastError).
+// A cluster > 1 launches g.x / cluster clusters of that many blocks (sm_90).
 template <typename... Params, typename... Args>
-static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t smem, Args... args) {
+static void launch_in(handle *h, int cluster, void (*kernel)(Params...), dim3 g, dim3 b, size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    int na = 0;
+    if (h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2)) { /* measured: helps decode, not batches (v6, before the TMA GEMM) */
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = (unsigned)cluster;
+        attr[na].val.clusterDim.y = 1;
+        attr[na++].val.clusterDim.z = 1;
+    }
     cfg.gridDim = g;
     cfg.blockDim = b;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = h->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2) ? 1 : 0; /* measured: helps decode, not batches */
+    cfg.numAttrs = (unsigned)na;
     const int prof = h->kprof && h->kp_n < KPROF_MAX;
     if (prof) cudaEventRecord(h->kp_ev[2 * h->kp_n], h->stream);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, (Params)args...);
@@ -2706,6 +2763,10 @@ static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t 
         h->kp_fn[h->kp_n++] = (const void *)kernel;
     }
     if (e != cudaSuccess && h->launch_err == cudaSuccess) h->launch_err = e; /* reported by run_layers */
+}
+template <typename... Params, typename... Args>
+static void launch(handle *h, void (*kernel)(Params...), dim3 g, dim3 b, size_t smem, Args... args) {
+    launch_in(h, 1, kernel, g, b, smem, args...);
 }
 
 static void *dev_alloc(handle *h, size_t bytes, char *err, size_t err_len, const char *what) {
@@ -3386,6 +3447,13 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->rope_pairs = rp && strstr(rp, "pairs");
         h->rope_att = rp && strstr(rp, "attention");
+        const char *nm = getenv("PLUMB_CUDA_NORM");
+        if (nm && strcmp(nm, "cluster") && strcmp(nm, "row")) {
+            snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster or row (a batch step's RMS norms by %d-block clusters a row, or a block a row)",
+                     NORM_CLUSTER);
+            goto fail;
+        }
+        h->norm_cluster = nm && !strcmp(nm, "cluster");
         const char *ap = getenv("PLUMB_CUDA_ATT_PREFETCH");
         if (ap && strcmp(ap, "0") && strcmp(ap, "1")) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_PREFETCH wants 0 or 1 (the tensor-core attention prefetches its next 16 positions into L2)");
@@ -3481,6 +3549,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
     h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "all") ? 2 : 1; /* all: batches too */
     if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
+    if (major < 9 || d->n_embd % (128 * NORM_CLUSTER)) h->norm_cluster = 0; /* clusters; whole warps of float4s a block */
     if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
         int *dflag = NULL;
         CHECK(cudaMalloc(&dflag, sizeof(int)), "probing the GPU");
@@ -4251,10 +4320,16 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         h->pend = none;
         return p;
     };
+    auto norm = [&](int rows_n, const int *rws, const float *w, int fmt) { /* RMS norm into the next product's activations */
+        if (h->norm_cluster && n > MATVEC_MAX_N)
+            launch_in(h, NORM_CLUSTER, k_rmsnorm_act_cl, rows_n * NORM_CLUSTER, D / (4 * NORM_CLUSTER), 0, h->x, rws, w, D, d->rms_eps, fmt, h->aq, h->ad,
+                      h->ah, take());
+        else launch(h, k_rmsnorm_act, rows_n, 1024, 0, h->x, rws, w, D, d->rms_eps, fmt, h->aq, h->ad, h->ah, take());
+    };
     for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
-        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->attn_norm, D, d->rms_eps, fq, h->aq, h->ad, h->ah, take());
+        if (other) norm(n, NULL, L->attn_norm, fq);
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
         const int ropes = other && attention_ropes(h, n);
         const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
@@ -4272,13 +4347,13 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah, none);
         }
         if (mm && product(&L->wo, 1, h->x, D, 1, 1)) return -1;
-        if (other) launch(h, k_rmsnorm_act, n, 1024, 0, h->x, NULL, L->ffn_norm, D, d->rms_eps, fg, h->aq, h->ad, h->ah, take());
+        if (other) norm(n, NULL, L->ffn_norm, fg);
         if (mm && product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1)) return -1;
         if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
         if (mm && product(&L->down, 1, h->x, D, 1, l + 1 < d->n_layers || (d->has_head && n_out))) return -1;
     }
     if (d->has_head && n_out) {
-        if (other) launch(h, k_rmsnorm_act, n_out, 1024, 0, h->x, rows, h->output_norm, D, d->rms_eps, act_fmt(h, &h->output, n_out), h->aq, h->ad, h->ah, take());
+        if (other) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
         if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     if (mode & STEP_CHAIN) /* the picks: the next step's tokens, embedded at the next positions */
