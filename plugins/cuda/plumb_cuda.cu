@@ -170,7 +170,8 @@ struct handle {
     int att_prefetch;                          // the tensor-core attention prefetches its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1; default 0)
     int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
-    int norm_cluster;                          // batch steps' RMS norms by clusters of NORM_CLUSTER blocks a row (PLUMB_CUDA_NORM=cluster; default row)
+    int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
+                                               // (cluster-all), 0 a block a row (row, the default)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -3448,12 +3449,12 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->rope_pairs = rp && strstr(rp, "pairs");
         h->rope_att = rp && strstr(rp, "attention");
         const char *nm = getenv("PLUMB_CUDA_NORM");
-        if (nm && strcmp(nm, "cluster") && strcmp(nm, "row")) {
-            snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster or row (a batch step's RMS norms by %d-block clusters a row, or a block a row)",
-                     NORM_CLUSTER);
+        if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
+            snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
+                                   "every step, or a block a row)", NORM_CLUSTER);
             goto fail;
         }
-        h->norm_cluster = nm && !strcmp(nm, "cluster");
+        h->norm_cluster = !nm || !strcmp(nm, "row") ? 0 : !strcmp(nm, "cluster") ? 1 : 2;
         const char *ap = getenv("PLUMB_CUDA_ATT_PREFETCH");
         if (ap && strcmp(ap, "0") && strcmp(ap, "1")) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_PREFETCH wants 0 or 1 (the tensor-core attention prefetches its next 16 positions into L2)");
@@ -4321,7 +4322,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         return p;
     };
     auto norm = [&](int rows_n, const int *rws, const float *w, int fmt) { /* RMS norm into the next product's activations */
-        if (h->norm_cluster && n > MATVEC_MAX_N)
+        if (h->norm_cluster == 2 || (h->norm_cluster && n > MATVEC_MAX_N))
             launch_in(h, NORM_CLUSTER, k_rmsnorm_act_cl, rows_n * NORM_CLUSTER, D / (4 * NORM_CLUSTER), 0, h->x, rws, w, D, d->rms_eps, fmt, h->aq, h->ad,
                       h->ah, take());
         else launch(h, k_rmsnorm_act, rows_n, 1024, 0, h->x, rws, w, D, d->rms_eps, fmt, h->aq, h->ad, h->ah, take());
