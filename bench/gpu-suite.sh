@@ -84,7 +84,7 @@
 #          step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP); ROPEATT_QUICK=1: the ids of the
 #          real models and TinyLlama, TinyLlama Q4_0 KL at chunks of 64, one speed round at batch 1/64, no kernel times
 #   ab7b   settings (environment assignments) side by side on the 7B Q4_0 file: AB_SETTINGS (default: the
-#          default, PLUMB_CUDA_PDL=all, PLUMB_CUDA_ROPE=pairs, PLUMB_CUDA_ATT_PREFETCH=1, PLUMB_CUDA_NORM=cluster;
+#          default, PLUMB_CUDA_PDL=all, PLUMB_CUDA_ROPE=pairs, PLUMB_CUDA_ATT_PREFETCH=1, PLUMB_CUDA_NORM=cluster-all, PLUMB_CUDA_KV=heads;
 #          "+" joins several into one setting); greedy ids of each against the default's (real models,
 #          synthetic TinyLlama Q4_0), KL against the CPU (synthetic TinyLlama Q4_0, chunks of AB_CHUNKS, default 64),
 #          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64), the settings in turn each round
@@ -525,7 +525,7 @@ ropeatt)
     done 2>&1 | tee "$OUT/ropeatt-skip.txt"
     ;;
 ab7b)
-    SETTINGS=${AB_SETTINGS:-"X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_NORM=cluster"}
+    SETTINGS=${AB_SETTINGS:-"X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_NORM=cluster-all PLUMB_CUDA_KV=heads"}
     {
         for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)"; do
             $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"

@@ -111,6 +111,16 @@ struct graph_slot {
     cudaGraphExec_t exec;
 };
 
+// The paged KV cache's geometry: a cache block holds kv_block positions of
+// every layer, [block][layer][kv_block x kv_dim values]; inside a layer's
+// part, position p's head h starts at (p % kv_block) ps + h hs. By position
+// (the default, PLUMB_CUDA_KV=positions): ps = kv_dim, hs = hd. By head
+// (PLUMB_CUDA_KV=heads, opt-in until timed on a GPU): ps = hd, hs = kv_block
+// hd, so the positions one attention warp reads for one head lie together
+// (16 positions: 4 KiB) instead of 256 bytes every kv_dim values.
+struct kv_geo {
+    int n_layers, kv_block, kv_dim, ps, hs;
+};
 // A batch product's split-K partial sums not yet added to its output (see psum4)
 struct psum {
     const float *p;
@@ -123,7 +133,8 @@ struct handle {
     dmat output;
     float *output_norm;
     int num_sms;
-    __half *k_pool, *v_pool; // [block][layer][kv_block][kv_dim]
+    __half *k_pool, *v_pool; // [block][layer][kv_block x kv_dim values] (kvg: by position or by head)
+    kv_geo kvg;
     // device scratch
     float *x, *qkv, *att, *gu, *logits, *cs, *sn, *partial;
     size_t partial_elems;
@@ -1769,10 +1780,9 @@ struct rope_in {
     int n_rot, neox;
 };
 
-// Where position p of a sequence (its block table tab) starts in a layer's
-// keys or values: the paged cache is [block][layer][kv_block][kv_dim].
-__device__ __forceinline__ size_t kv_slot(const int *tab, int p, int layer, int n_layers, int kv_block, int kv_dim) {
-    return (((size_t)tab[p / kv_block] * n_layers + layer) * kv_block + p % kv_block) * kv_dim;
+// Where head h of position p of a sequence (its block table tab) starts in a layer's keys or values
+__device__ __forceinline__ size_t kv_at(const int *tab, int p, int h, int layer, kv_geo g) {
+    return ((size_t)tab[p / g.kv_block] * g.n_layers + layer) * g.kv_block * (size_t)g.kv_dim + (size_t)(p % g.kv_block) * g.ps + (size_t)h * g.hs;
 }
 
 // Biases into q/k/v, RoPE on q (in place) and k, k and v (F16) into the
@@ -1780,8 +1790,8 @@ __device__ __forceinline__ size_t kv_slot(const int *tab, int p, int layer, int 
 // grid (n, n_head + 2 n_head_kv): a block per (token, head), a thread per value.
 __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs, const float *__restrict__ sn,
                           const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table, int max_blocks, int n_head,
-                          int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp, int layer, int n_layers,
-                          int kv_block, psum ps) {
+                          int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp, int layer, kv_geo g,
+                          psum ps) {
     pdl_trigger();
     pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, kv_dim = n_head_kv * hd, qd = n_head * hd;
@@ -1805,9 +1815,8 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
     __syncthreads(); // every partner is read before q is rotated in place
     if (i >= hd) return;
     if (h < n_head) { row[idx] = out; return; }
-    const size_t slot = kv_slot(table + seq[t] * max_blocks, pos[t], layer, n_layers, kv_block, kv_dim);
-    if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
-    else vp[slot + idx - qd - kv_dim] = __float2half(out);
+    const int is_k = idx < qd + kv_dim, kvh = is_k ? h - n_head : h - n_head - n_head_kv;
+    (is_k ? kp : vp)[kv_at(table + seq[t] * max_blocks, pos[t], kvh, layer, g) + i] = __float2half(out);
 }
 
 // k_rope_kv's work with a thread per rotation pair (PLUMB_CUDA_ROPE=pairs;
@@ -1822,20 +1831,18 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
 __global__ void k_rope_kv_pairs(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
                                 const float *__restrict__ sn, const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table,
                                 int max_blocks, int n_head, int n_head_kv, int hd, int n_rot, int neox, __half *__restrict__ kp, __half *__restrict__ vp,
-                                int layer, int n_layers, int kv_block, int tph, psum ps) {
+                                int layer, kv_geo g, int tph, psum ps) {
     pdl_trigger();
     pdl_wait();
-    const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / tph) + threadIdx.x / tph, p = threadIdx.x % tph;
-    const int kv_dim = n_head_kv * hd, qd = n_head * hd, half = n_rot / 2;
+    const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / tph) + threadIdx.x / tph, p = threadIdx.x % tph, half = n_rot / 2;
     if (h >= n_head + 2 * n_head_kv) return;
     float *row = qkv + (size_t)t * ldq;
     auto at = [&](int c) { return (ps.p ? psum1(ps, row[c], t, c) : row[c]) + (bias ? bias[c] : 0.0f); };
-    const size_t slot = h < n_head ? 0 : kv_slot(table + seq[t] * max_blocks, pos[t], layer, n_layers, kv_block, kv_dim);
+    const int is_k = h < n_head + n_head_kv, kvh = is_k ? h - n_head : h - n_head - n_head_kv;
+    const size_t slot = h < n_head ? 0 : kv_at(table + seq[t] * max_blocks, pos[t], kvh, layer, g);
     auto put = [&](int i, float out) { // value i of head h: q in place, k and v (F16) into the token's cache slot
-        const int idx = h * hd + i;
-        if (h < n_head) row[idx] = out;
-        else if (idx < qd + kv_dim) kp[slot + idx - qd] = __float2half(out);
-        else vp[slot + idx - qd - kv_dim] = __float2half(out);
+        if (h < n_head) row[h * hd + i] = out;
+        else (is_k ? kp : vp)[slot + i] = __float2half(out);
     };
     const int turned = h < n_head + n_head_kv; // q or k
     if (turned && p < half) { // pair p: (a, b) turns by the angle of pair p
@@ -1885,8 +1892,8 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
 template <int E, int HG, int W, int NP, bool EARLY, bool ROPE>
 __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                    const int *__restrict__ table, int max_blocks, int n_head, int n_head_kv, int hd,
-                                                   const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers, int kv_block,
-                                                   float *out, int fmt, int8_t *aq, float2 *ad, __half *ah, rope_in ri) {
+                                                   const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, kv_geo kg, float *out,
+                                                   int fmt, int8_t *aq, float2 *ad, __half *ah, rope_in ri) {
     constexpr int E2 = (E + 1) / 2;
     pdl_trigger();
     extern __shared__ float sh[]; // [W][HG] m, l, then [W][HG][hd] acc; with ROPE then [HG][hd] q (floats), [2][hd] k, v (F16)
@@ -1915,7 +1922,7 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
     float *rq = sh + W * HG * (2 + hd);      // (ROPE) q of the block's heads, turned
     __half *rkv = (__half *)(rq + HG * hd); // (ROPE) the token's k and v of head kvh
     auto load = [&](int p, __half2 *kb, __half2 *vb) { // this lane's E values of position p's key and value
-        const size_t off = kv_slot(tab, p, layer, n_layers, kv_block, kv_dim) + (size_t)kvh * hd + lane * E;
+        const size_t off = kv_at(tab, p, kvh, layer, kg) + lane * E;
         if (ROPE && p == len - 1) { // the newest position: this block's own k and v
             const __half zero = __float2half(0.0f);
 #pragma unroll
@@ -1946,7 +1953,7 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
     pdl_wait();
     if constexpr (ROPE) { // k_rope_kv's formula, value by value: nh q heads, then k and v of head kvh
         const float *row = qkv + (size_t)t * ldq;
-        const size_t slot = kv_slot(tab, len - 1, layer, n_layers, kv_block, kv_dim) + (size_t)kvh * hd;
+        const size_t slot = kv_at(tab, len - 1, kvh, layer, kg);
         const int half = ri.n_rot / 2;
         for (int i = threadIdx.x; i < (nh + 2) * hd; i += blockDim.x) {
             const int hh = i / hd, dim = i % hd;
@@ -2090,8 +2097,8 @@ __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefe
 template <int MINB, bool PF>
 __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
-                                                       const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, int n_layers,
-                                                       int kv_block, float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+                                                       const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, kv_geo kg,
+                                                       float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
     constexpr int HD = 128;
     __shared__ float staged[4][HD];
     pdl_trigger();
@@ -2099,9 +2106,9 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int pair = blockIdx.x * 4 + warp;
     if (pair >= pairs) return; // (no block-wide barrier below)
-    const int t = pair / n_head, h = pair % n_head, kv_dim = n_head * HD, len = pos[t] + 1;
+    const int t = pair / n_head, h = pair % n_head, len = pos[t] + 1;
     const int *tab = table + seq[t] * max_blocks;
-    auto at = [&](int p) { return kv_slot(tab, p, layer, n_layers, kv_block, kv_dim) + (size_t)h * HD; };
+    auto at = [&](int p) { return kv_at(tab, p, h, layer, kg); };
     uint32_t qf[16]; // dims 32tq + 2w, +1
     {
         const float scale = rsqrtf((float)HD);
@@ -2113,7 +2120,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
         }
     }
     float o[8][4] = {}, m = -INFINITY, l = 0;
-    const bool whole = kv_block % 16 == 0; // a chunk of 16 positions lies in one block of the cache: one table lookup
+    const bool whole = kg.kv_block % 16 == 0; // a chunk of 16 positions lies in one block of the cache: one table lookup
     for (int p0 = 0; p0 < len; p0 += 16) {
         if (PF) { // the next 16 positions into L2 before loading these (PLUMB_CUDA_ATT_PREFETCH=1): lane = position (keys: lanes
                   // 0-15, values: 16-31), its row's two 128-byte lines
@@ -2127,7 +2134,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
         uint4 ka[4], kb[4], va[4][2];
         const int pa = p0 + g, pb = p0 + g + 8;
         const size_t base = whole ? at(p0) : 0;
-        auto slot = [&](int p) { return whole ? base + (size_t)(p - p0) * kv_dim : at(p); };
+        auto slot = [&](int p) { return whole ? base + (size_t)(p - p0) * kg.ps : at(p); };
 #pragma unroll
         for (int i = 0; i < 4; i++) ka[i] = kb[i] = make_uint4(0, 0, 0, 0);
         if (pa < len) {
@@ -2352,6 +2359,7 @@ struct flayer {
 struct fused_args {
     const flayer *layers;
     int n_layers, n, D, qd, kv_dim, ff, n_head, n_head_kv, hd, n_rot, neox, max_k, max_blocks, kv_block;
+    kv_geo kg; // the cache's layout
     float eps;
     float *x, *qkv, *att, *hbuf; // hidden [n][D], q/k/v [n][qd + 2 kv_dim], attention out [n][qd], silu(gate) * up [n][ff]
     const float *cs, *sn;
@@ -2599,7 +2607,6 @@ __device__ __forceinline__ void fused_attention(const fused_args &a, int layer, 
         const int t = item / a.n_head, h = item % a.n_head, kvh = h / group, p = a.pos[t], len = p + 1;
         const int *tab = a.table + a.seq[t] * a.max_blocks;
         const float *row = a.qkv + (size_t)t * ldq;
-        const size_t layer_off = (size_t)a.n_layers * a.kv_block; // slots of one block, all layers
         if (threadIdx.x < hd) {
             const int i = threadIdx.x;
             const float q = roped(row, bias, h * hd, i, 1, a.n_rot, a.neox, a.cs, a.sn, t);
@@ -2610,7 +2617,7 @@ __device__ __forceinline__ void fused_attention(const fused_args &a, int layer, 
             k_s[i] = __half2float(kh);
             v_s[i] = __half2float(vh);
             if (h % group == 0) {
-                const size_t slot = ((size_t)tab[p / a.kv_block] * layer_off + (size_t)layer * a.kv_block + p % a.kv_block) * a.kv_dim + kvh * hd + i;
+                const size_t slot = kv_at(tab, p, kvh, layer, a.kg) + i;
                 a.kp[slot] = kh;
                 a.vp[slot] = vh;
             }
@@ -2630,7 +2637,7 @@ __device__ __forceinline__ void fused_attention(const fused_args &a, int layer, 
                     for (int e = 0; e < E; e++) { kv[u][e] = k_s[lane * E + e]; vv[u][e] = v_s[lane * E + e]; }
                     continue;
                 }
-                const size_t off = ((size_t)tab[pp / a.kv_block] * layer_off + (size_t)layer * a.kv_block + pp % a.kv_block) * a.kv_dim + kvh * hd + lane * E;
+                const size_t off = kv_at(tab, pp, kvh, layer, a.kg) + lane * E;
                 __half kb[E], vb[E];
                 if (E == 8) { *(uint4 *)kb = *(const uint4 *)(a.kp + off); *(uint4 *)vb = *(const uint4 *)(a.vp + off); }
                 else if (E == 4) { *(uint2 *)kb = *(const uint2 *)(a.kp + off); *(uint2 *)vb = *(const uint2 *)(a.vp + off); }
@@ -3455,6 +3462,15 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->norm_cluster = !nm || !strcmp(nm, "row") ? 0 : !strcmp(nm, "cluster") ? 1 : 2;
+        const char *kl = getenv("PLUMB_CUDA_KV");
+        if (kl && strcmp(kl, "positions") && strcmp(kl, "heads")) {
+            snprintf(err, err_len, "PLUMB_CUDA_KV wants positions or heads (the KV cache's values of a block by position, or by head)");
+            goto fail;
+        }
+        {
+            const int kv_dim = d->n_head_kv * d->head_dim, heads = kl && !strcmp(kl, "heads");
+            h->kvg = kv_geo{d->n_layers, d->kv_block, kv_dim, heads ? d->head_dim : kv_dim, heads ? d->kv_block * d->head_dim : d->head_dim};
+        }
         const char *ap = getenv("PLUMB_CUDA_ATT_PREFETCH");
         if (ap && strcmp(ap, "0") && strcmp(ap, "1")) {
             snprintf(err, err_len, "PLUMB_CUDA_ATT_PREFETCH wants 0 or 1 (the tensor-core attention prefetches its next 16 positions into L2)");
@@ -4211,7 +4227,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
         auto kernel = h->att_minb == 3 ? (h->att_prefetch ? k_attention_mma<3, true> : k_attention_mma<3, false>)
                                        : (h->att_prefetch ? k_attention_mma<4, true> : k_attention_mma<4, false>);
         launch(h, kernel, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, pairs, h->k_pool, h->v_pool,
-               layer, d->n_layers, d->kv_block, h->att, fmt, h->aq, h->ad, h->ah);
+               layer, h->kvg, h->att, fmt, h->aq, h->ad, h->ah);
         return;
     }
     const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
@@ -4221,7 +4237,7 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     const size_t rsm = rope ? (size_t)hg * hd * 4 + (size_t)2 * hd * 2 : 0;
 #define ATT_NP(E, HG, W, NP)                                                                                                                       \
     launch_att<E, HG, W, NP>(h, h->att_early == ATT_EARLY_ALL || (W == 16 && h->att_early == ATT_EARLY_FEW), rope, g, sm + rsm, h->qkv, ldq, pos, \
-                             seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool, h->v_pool, layer, d->n_layers, d->kv_block, h->att,  \
+                             seq, table, max_blocks, d->n_head, d->n_head_kv, hd, h->k_pool, h->v_pool, layer, h->kvg, h->att,                    \
                              fmt, h->aq, h->ad, h->ah, rargs)
     /* 8 positions a pass; 16-warp blocks of 8-value lanes keep 4 (8 would spill). (16 in 16-warp blocks, a decode
      * step's whole context loaded before waiting, was measured slower: 7B batch 1 470 vs 549 tok/s) */
@@ -4267,6 +4283,7 @@ static void launch_fused(handle *h, int n, int max_blocks) {
     a.max_k = a.ff > a.D ? (a.ff > a.qd ? a.ff : a.qd) : (a.D > a.qd ? a.D : a.qd);
     a.max_blocks = max_blocks;
     a.kv_block = d->kv_block;
+    a.kg = h->kvg;
     a.eps = d->rms_eps;
     a.x = h->x;
     a.qkv = h->qkv;
@@ -4338,10 +4355,10 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
             const int heads = d->n_head + 2 * d->n_head_kv, tph = d->n_rot >= 2 ? (d->n_rot / 2 + 31) / 32 * 32 : 32;
             const int hpb = tph >= 128 ? 1 : 128 / tph; /* heads a block: 128 threads, or one head of more */
             launch(h, k_rope_kv_pairs, dim3(n, (heads + hpb - 1) / hpb), (unsigned)(hpb * tph), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
-                   max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, tph, take());
+                   max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, h->kvg, tph, take());
         } else if (other && !ropes)
             launch(h, k_rope_kv, dim3(n, d->n_head + 2 * d->n_head_kv), (unsigned)((d->head_dim + 31) / 32 * 32), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq,
-                   table, max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, d->n_layers, d->kv_block, take());
+                   table, max_blocks, d->n_head, d->n_head_kv, d->head_dim, d->n_rot, d->rope_neox, h->k_pool, h->v_pool, l, h->kvg, take());
         if (other && d->head_dim % QK == 0) launch_attention(h, n, l, pos, seq, table, max_blocks, fo, ropes ? &ri : NULL); /* writes wo's activations */
         else if (other) {
             launch_attention(h, n, l, pos, seq, table, max_blocks, 0, ropes ? &ri : NULL);
