@@ -84,8 +84,8 @@
 #          step with the products, then all other kernels, left out (PLUMB_CUDA_SKIP); ROPEATT_QUICK=1: the ids of the
 #          real models and TinyLlama, TinyLlama Q4_0 KL at chunks of 64, one speed round at batch 1/64, no kernel times
 #   ab7b   settings (environment assignments) side by side on the 7B Q4_0 file: AB_SETTINGS (default: the
-#          default, PLUMB_CUDA_PDL=all, PLUMB_CUDA_ROPE=pairs, PLUMB_CUDA_ATT_PREFETCH=1, PLUMB_CUDA_NORM=cluster-all, PLUMB_CUDA_KV=heads;
-#          "+" joins several into one setting); greedy ids of each against the default's (real models,
+#          default, the pre-v20 launches (PLUMB_CUDA_PDL=decode+PLUMB_CUDA_ROPE=values), PLUMB_CUDA_ATT_PREFETCH=1, PLUMB_CUDA_NORM=cluster-all, PLUMB_CUDA_KV=heads;
+#          "+PLUMB_" joins several into one setting, as in PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=attention+pairs); greedy ids of each against the default's (real models,
 #          synthetic TinyLlama Q4_0), KL against the CPU (synthetic TinyLlama Q4_0, chunks of AB_CHUNKS, default 64),
 #          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64), the settings in turn each round
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
@@ -525,25 +525,25 @@ ropeatt)
     done 2>&1 | tee "$OUT/ropeatt-skip.txt"
     ;;
 ab7b)
-    SETTINGS=${AB_SETTINGS:-"X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_NORM=cluster-all PLUMB_CUDA_KV=heads"}
+    SETTINGS=${AB_SETTINGS:-"X=default PLUMB_CUDA_PDL=decode+PLUMB_CUDA_ROPE=values PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_NORM=cluster-all PLUMB_CUDA_KV=heads"}
     {
         for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)"; do
             $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
             for v in $SETTINGS; do
-                env ${v//+/ } $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
+                env ${v//+PLUMB_/ PLUMB_} $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
                 echo "-- $(basename "$m") greedy ids, $v against the default: $(cmp -s "$OUT/ids-default.txt" "$OUT/ids-v.txt" && [ -s "$OUT/ids-v.txt" ] && echo identical || echo DIFFER)"
             done
         done
         m=$(model tinyllama-1.1b q4_0)
         for c in ${AB_CHUNKS:-64}; do
-            for v in $SETTINGS; do echo "-- TinyLlama q4_0 -c $c, $v: $(export ${v//+/ }; compare_line "$m" $c)"; done
+            for v in $SETTINGS; do echo "-- TinyLlama q4_0 -c $c, $v: $(export ${v//+PLUMB_/ PLUMB_}; compare_line "$m" $c)"; done
         done
     } 2>&1 | tee "$OUT/ab7b-check.txt"
     m=$(model llama2-7b q4_0)
     for r in $(seq 1 "${AB_ROUNDS:-2}"); do
         for v in $SETTINGS; do
             echo "== 7B $v round $r"
-            env ${v//+/ } $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${AB_BATCH:-1,64}" -p 128 -n 32 --reps 3 --no-quality \
+            env ${v//+PLUMB_/ PLUMB_} $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${AB_BATCH:-1,64}" -p 128 -n 32 --reps 3 --no-quality \
                 -o "$OUT/ab7b-$r-$(echo $v | tr -c 'a-zA-Z0-9' '_')" 2>&1 | grep -E "^\| |rror"
         done
     done 2>&1 | tee "$OUT/ab7b-speed.txt"

@@ -2747,7 +2747,7 @@ static void launch_in(handle *h, int cluster, void (*kernel)(Params...), dim3 g,
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
-    if (h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2)) { /* measured: helps decode, not batches (v6, before the TMA GEMM) */
+    if (h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2)) { /* (h->pdl: see its setting at load) */
         attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[na++].val.programmaticStreamSerializationAllowed = 1;
     }
@@ -2800,6 +2800,20 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
     }
     return 0;
 }
+
+// The defaults that differ by the model's shape. Measured side by side on an
+// H100 (bench/results/gpu/v20), the Llama-2-7B shape (n_embd 4096) gained
+// from three launch choices that the TinyLlama shape (2048) lost from:
+// programmatic dependent launch in batch steps too (PLUMB_CUDA_PDL=all; 7B
+// Q4_0 batch 64 10719 -> 11321-11325 tok/s, prefill +10-13%), RoPE and the KV
+// writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs; +0.9%, and the
+// two together 10674-10685 -> 11512-11517, +7.8%), and one-token steps doing
+// them inside the attention (attention+pairs; batch 1 492-493 -> 498-500,
+// +1.2%, the same greedy ids). TinyLlama Q4_0 batch 64 with the first two:
+// 32945-33007 -> 30211-30236 (-8.4%), so models narrower than 4096 keep
+// dependent launch for decode steps only and RoPE a thread per value. Why the
+// narrow shape loses, and where between the two the line lies, is not known.
+static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4096; }
 
 static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
 
@@ -3404,6 +3418,11 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     h->graph_first_sighting = g && !strcmp(g, "every"); /* PLUMB_CUDA_GRAPHS=every: capture a shape's graph the first time it runs */
     h->split_min_slices = 2; /* measured on the H200 against 16,1: 4609 vs 4157 tok/s at 7B batch 64 */
     h->split_blocks_per_sm = 2;
+    if (pdl_env && strcmp(pdl_env, "0") && strcmp(pdl_env, "decode") && strcmp(pdl_env, "all")) {
+        snprintf(err, err_len, "PLUMB_CUDA_PDL wants 0, decode or all (programmatic dependent launch never, in steps of up to %d tokens, or in "
+                               "every step, the default)", MATVEC_MAX_N);
+        goto fail;
+    }
     if (getenv("PLUMB_CUDA_SPLITK") && sscanf(getenv("PLUMB_CUDA_SPLITK"), "%d,%d", &h->split_min_slices, &h->split_blocks_per_sm) != 2) {
         snprintf(err, err_len, "PLUMB_CUDA_SPLITK wants MIN_SLICES,BLOCKS_PER_SM (e.g. 16,1)");
         goto fail;
@@ -3453,8 +3472,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
                                    "rotation pair, or per value as before; with attention, one-token steps do them inside the attention)");
             goto fail;
         }
-        h->rope_pairs = rp && strstr(rp, "pairs");
-        h->rope_att = rp && strstr(rp, "attention");
+        /* Unset: the shape's profile (wide_model, below) */
+        h->rope_pairs = rp ? strstr(rp, "pairs") != NULL : wide_model(d);
+        h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
         const char *nm = getenv("PLUMB_CUDA_NORM");
         if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
             snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
@@ -3564,7 +3584,10 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
-    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "all") ? 2 : 1; /* all: batches too */
+    /* every step by default: 7B Q4_0 batch 64 10719 -> 11321-11325 tok/s, prefill +13%, batch 1 and 8 the same (H100,
+     * bench/results/gpu/v20); decode: steps of up to MATVEC_MAX_N tokens only, the default from v6 to v19 */
+    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "decode") ? 1 : pdl_env && !strcmp(pdl_env, "all") ? 2
+           : wide_model(d) ? 2 : 1;
     if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
     if (major < 9 || d->n_embd % (128 * NORM_CLUSTER)) h->norm_cluster = 0; /* clusters; whole warps of float4s a block */
     if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
