@@ -87,7 +87,9 @@
 #          default, the pre-v20 launches (PLUMB_CUDA_PDL=decode+PLUMB_CUDA_ROPE=values), PLUMB_CUDA_ATT_PREFETCH=1, PLUMB_CUDA_NORM=cluster-all, PLUMB_CUDA_KV=heads;
 #          "+PLUMB_" joins several into one setting, as in PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=attention+pairs); greedy ids of each against the default's (real models,
 #          synthetic TinyLlama Q4_0), KL against the CPU (synthetic TinyLlama Q4_0, chunks of AB_CHUNKS, default 64),
-#          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64), the settings in turn each round
+#          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64) on the AB_SHAPE (llama2-7b) Q4_0 file, the settings in turn each round
+#          (which of the v20 wide-model launches costs TinyLlama 8.4%: AB_SHAPE=tinyllama-1.1b AB_BATCH=64
+#          AB_SETTINGS="X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=pairs")
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
@@ -539,10 +541,10 @@ ab7b)
             for v in $SETTINGS; do echo "-- TinyLlama q4_0 -c $c, $v: $(export ${v//+PLUMB_/ PLUMB_}; compare_line "$m" $c)"; done
         done
     } 2>&1 | tee "$OUT/ab7b-check.txt"
-    m=$(model llama2-7b q4_0)
+    m=$(model "${AB_SHAPE:-llama2-7b}" q4_0)
     for r in $(seq 1 "${AB_ROUNDS:-2}"); do
         for v in $SETTINGS; do
-            echo "== 7B $v round $r"
+            echo "== ${AB_SHAPE:-llama2-7b} $v round $r"
             env ${v//+PLUMB_/ PLUMB_} $P bench -m "$m" --backends cuda --ngl all -t $T --batch "${AB_BATCH:-1,64}" -p 128 -n 32 --reps 3 --no-quality \
                 -o "$OUT/ab7b-$r-$(echo $v | tr -c 'a-zA-Z0-9' '_')" 2>&1 | grep -E "^\| |rror"
         done
