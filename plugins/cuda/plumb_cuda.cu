@@ -115,9 +115,10 @@ struct graph_slot {
 // every layer, [block][layer][kv_block x kv_dim values]; inside a layer's
 // part, position p's head h starts at (p % kv_block) ps + h hs. By position
 // (the default, PLUMB_CUDA_KV=positions): ps = kv_dim, hs = hd. By head
-// (PLUMB_CUDA_KV=heads, opt-in until timed on a GPU): ps = hd, hs = kv_block
-// hd, so the positions one attention warp reads for one head lie together
-// (16 positions: 4 KiB) instead of 256 bytes every kv_dim values.
+// (PLUMB_CUDA_KV=heads): ps = hd, hs = kv_block hd, so the positions one
+// attention warp reads for one head lie together (16 positions: 4 KiB)
+// instead of 256 bytes every kv_dim values. Measured no faster (7B Q4_0
+// batch 1 and 64 on an H100, bench/results/gpu/v20): opt-in.
 struct kv_geo {
     int n_layers, kv_block, kv_dim, ps, hs;
 };
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_act(float *x, const int *rows,
 }
 
 // k_rmsnorm_act's work for a row by NORM_CLUSTER blocks of one thread-block
-// cluster (sm_90; PLUMB_CUDA_NORM=cluster, opt-in until timed on a GPU). In
+// cluster (sm_90; PLUMB_CUDA_NORM=cluster; measured no faster, v20: opt-in). In
 // a batch step k_rmsnorm_act is n blocks of 1024 threads, so 64 rows use 64
 // of 132 multiprocessors, each pulling the row and all its split-K partials
 // through one SM's share of L2 bandwidth (ncu, H200, 7B batch 64: 3.9 and
@@ -1820,7 +1821,7 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, const float *__restr
 }
 
 // k_rope_kv's work with a thread per rotation pair (PLUMB_CUDA_ROPE=pairs;
-// opt-in until timed on a GPU): k_rope_kv gives each value a thread that also reads its
+// the default of wide models, see wide_model): k_rope_kv gives each value a thread that also reads its
 // partner, so every value (and, after a split-K product, each of its partial
 // sums) is read twice, and a block waits at a barrier before q is rotated in
 // place. Here thread p of a head reads pair p's two values once, turns them
@@ -2122,7 +2123,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
     float o[8][4] = {}, m = -INFINITY, l = 0;
     const bool whole = kg.kv_block % 16 == 0; // a chunk of 16 positions lies in one block of the cache: one table lookup
     for (int p0 = 0; p0 < len; p0 += 16) {
-        if (PF) { // the next 16 positions into L2 before loading these (PLUMB_CUDA_ATT_PREFETCH=1): lane = position (keys: lanes
+        if (PF) { // the next 16 positions into L2 before loading these (PLUMB_CUDA_ATT_PREFETCH=1; 4% slower, v20): lane = position (keys: lanes
                   // 0-15, values: 16-31), its row's two 128-byte lines
             const int pn = p0 + 16 + (lane & 15);
             if (pn < len) {
@@ -2803,16 +2804,17 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
 
 // The defaults that differ by the model's shape. Measured side by side on an
 // H100 (bench/results/gpu/v20), the Llama-2-7B shape (n_embd 4096) gained
-// from three launch choices that the TinyLlama shape (2048) lost from:
-// programmatic dependent launch in batch steps too (PLUMB_CUDA_PDL=all; 7B
-// Q4_0 batch 64 10719 -> 11321-11325 tok/s, prefill +10-13%), RoPE and the KV
-// writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs; +0.9%, and the
-// two together 10674-10685 -> 11512-11517, +7.8%), and one-token steps doing
-// them inside the attention (attention+pairs; batch 1 492-493 -> 498-500,
-// +1.2%, the same greedy ids). TinyLlama Q4_0 batch 64 with the first two:
-// 32945-33007 -> 30211-30236 (-8.4%), so models narrower than 4096 keep
-// dependent launch for decode steps only and RoPE a thread per value. Why the
-// narrow shape loses, and where between the two the line lies, is not known.
+// from three launch choices: programmatic dependent launch in batch steps
+// too (PLUMB_CUDA_PDL=all; 7B Q4_0 batch 64 10719 -> 11321-11325 tok/s,
+// prefill +10-13%), RoPE and the KV writes a thread per rotation pair
+// (PLUMB_CUDA_ROPE=pairs; +0.9%; the two together 10674-10685 ->
+// 11512-11517, +7.8%), and one-token steps doing them inside the attention
+// (attention+pairs; batch 1 492-493 -> 498-500, +1.2%, the same greedy ids).
+// The TinyLlama shape (2048) lost with the first two: batch 64 32945-33007 ->
+// 30211-30236 (-8.4%; the third was not run on it). So narrower models keep
+// dependent launch for decode steps only and RoPE a thread per value. Why
+// the narrow shape loses, and where between the two the line lies, is not
+// known.
 static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4096; }
 
 static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
