@@ -89,7 +89,7 @@
 #          synthetic TinyLlama Q4_0), KL against the CPU (synthetic TinyLlama Q4_0, chunks of AB_CHUNKS, default 64),
 #          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64) on the AB_SHAPE (llama2-7b) Q4_0 file, the settings in turn each round
 #          (which of the v20 wide-model launches costs TinyLlama 8.4%: AB_SHAPE=tinyllama-1.1b AB_BATCH=64
-#          AB_SETTINGS="X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=pairs")
+#          AB_SETTINGS="X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=products")
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a

@@ -57,6 +57,10 @@ extern "C" {
 
 #define QK 32          // values per quant block
 #define MATVEC_MAX_N 8 // tokens the matrix-vector kernels take in one pass
+#define PDL_OFF 0      // programmatic dependent launch (PLUMB_CUDA_PDL): never
+#define PDL_DECODE 1   // in steps of up to MATVEC_MAX_N tokens
+#define PDL_ALL 2      // in every step
+#define PDL_PRODUCTS 3 // in decode steps, and for the products of batch steps (their weights load while the kernel before them ends)
 #define ACT_Q8 1       // activation formats a product can ask for
 #define ACT_F16 2
 #define GRAPH_SLOTS 32
@@ -167,7 +171,8 @@ struct handle {
     unsigned seen[SEEN_SHAPES]; // recent step shapes (hashed) that ran without a graph: the second sighting captures one
     int seen_next, graph_first_sighting;
     unsigned long clock;
-    int use_graphs, pdl, step_n; // step_n: tokens of the step being launched
+    int use_graphs, pdl, step_n; // step_n: tokens of the step being launched; pdl: PDL_* (dependent launch where)
+    int in_product;              // the launches under way are a product's (PDL_PRODUCTS)
     cudaError_t launch_err;      // first failed launch of the step
     int split_min_slices, split_blocks_per_sm; // split-K policy (PLUMB_CUDA_SPLITK=MIN_SLICES,BLOCKS_PER_SM)
     int skip;                                  // PLUMB_CUDA_SKIP=products|others: a timing experiment that leaves those kernels out (results are garbage)
@@ -2748,7 +2753,7 @@ static void launch_in(handle *h, int cluster, void (*kernel)(Params...), dim3 g,
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
-    if (h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == 2)) { /* (h->pdl: see its setting at load) */
+    if (h->pdl && (h->step_n <= MATVEC_MAX_N || h->pdl == PDL_ALL || (h->pdl == PDL_PRODUCTS && h->in_product))) { /* (see h->pdl's setting at load) */
         attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[na++].val.programmaticStreamSerializationAllowed = 1;
     }
@@ -3420,9 +3425,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     h->graph_first_sighting = g && !strcmp(g, "every"); /* PLUMB_CUDA_GRAPHS=every: capture a shape's graph the first time it runs */
     h->split_min_slices = 2; /* measured on the H200 against 16,1: 4609 vs 4157 tok/s at 7B batch 64 */
     h->split_blocks_per_sm = 2;
-    if (pdl_env && strcmp(pdl_env, "0") && strcmp(pdl_env, "decode") && strcmp(pdl_env, "all")) {
-        snprintf(err, err_len, "PLUMB_CUDA_PDL wants 0, decode or all (programmatic dependent launch never, in steps of up to %d tokens, or in "
-                               "every step, the default)", MATVEC_MAX_N);
+    if (pdl_env && strcmp(pdl_env, "0") && strcmp(pdl_env, "decode") && strcmp(pdl_env, "all") && strcmp(pdl_env, "products")) {
+        snprintf(err, err_len, "PLUMB_CUDA_PDL wants 0, decode, all or products (programmatic dependent launch never, in steps of up to %d "
+                               "tokens, in every step, or in those and for batch steps' products)", MATVEC_MAX_N);
         goto fail;
     }
     if (getenv("PLUMB_CUDA_SPLITK") && sscanf(getenv("PLUMB_CUDA_SPLITK"), "%d,%d", &h->split_min_slices, &h->split_blocks_per_sm) != 2) {
@@ -3588,8 +3593,11 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
     /* every step by default: 7B Q4_0 batch 64 10719 -> 11321-11325 tok/s, prefill +13%, batch 1 and 8 the same (H100,
      * bench/results/gpu/v20); decode: steps of up to MATVEC_MAX_N tokens only, the default from v6 to v19 */
-    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? 0 : pdl_env && !strcmp(pdl_env, "decode") ? 1 : pdl_env && !strcmp(pdl_env, "all") ? 2
-           : wide_model(d) ? 2 : 1;
+    /* products: opt-in, not yet timed (does the narrow shape lose to dependent launch of its small kernels?) */
+    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? PDL_OFF
+           : pdl_env                                         ? (!strcmp(pdl_env, "decode") ? PDL_DECODE : !strcmp(pdl_env, "all") ? PDL_ALL : PDL_PRODUCTS)
+           : wide_model(d)                                   ? PDL_ALL
+                                                             : PDL_DECODE;
     if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
     if (major < 9 || d->n_embd % (128 * NORM_CLUSTER)) h->norm_cluster = 0; /* clusters; whole warps of float4s a block */
     if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
@@ -4354,8 +4362,9 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
     h->pend = none;
     auto product = [&](const dmat *W, int count, float *y, int ldy, int accumulate, int reader_follows) {
         h->defer_sum = reader_follows && other && count == 1 && h->split_reader;
+        h->in_product = 1;
         const int rc = count == 1 ? matmul(h, W, n, y, ldy, accumulate, err, err_len) : matmul_group(h, W, count, n, y, ldy, err, err_len);
-        h->defer_sum = 0;
+        h->defer_sum = h->in_product = 0;
         return rc;
     };
     auto take = [&]() {
@@ -4397,7 +4406,10 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
     }
     if (d->has_head && n_out) {
         if (other) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
-        if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
+        h->in_product = 1;
+        const int rc = mm ? matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len) : 0;
+        h->in_product = 0;
+        if (rc) return -1;
     }
     if (mode & STEP_CHAIN) /* the picks: the next step's tokens, embedded at the next positions */
         launch(h, k_pick_next, n_out, 1024, 0, (const float *)h->logits, d->n_vocab, h->ids, h->dchain, (const int *)h->chain_in + d->max_batch, h->meta,
