@@ -117,6 +117,16 @@ compare() { # model ctx chunks: KL etc. of -ngl all against the CPU's exact path
         { echo "CPU reference failed"; rm -f "$base"; return; }
     $P perplexity -m "$1" -f "$TEXT" -c "$2" --chunks "${3:-2}" -t $T -ngl all --kl "$base" 2>&1 | tail -4
 }
+ids_against_default() { # model settings...: greedy ids of -ngl all with each setting (environment assignments joined at
+    # "+PLUMB_") against those with none
+    local m=$1 v
+    shift
+    $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
+    for v in "$@"; do
+        env ${v//+PLUMB_/ PLUMB_} $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
+        echo "-- $(basename "$m") greedy ids, $v against the default: $(cmp -s "$OUT/ids-default.txt" "$OUT/ids-v.txt" && [ -s "$OUT/ids-v.txt" ] && echo identical || echo DIFFER)"
+    done
+}
 compare_line() { # model ctx: compare's KL / top-1 (or error) lines joined into one
     compare "$1" "$2" 2 | grep -E "KL|top|rror|failed" | tr '\n' ' '
 }
@@ -473,13 +483,7 @@ ropeatt)
     IDS_MODELS="$S/models/stories260K.gguf $S/models/TinyStories-656K-Q8_0.gguf $(model tinyllama-1.1b q4_0)"
     [ "$QUICK" = 1 ] || IDS_MODELS="$IDS_MODELS $(model llama2-7b q4_0)"
     {
-        for m in $IDS_MODELS; do
-            $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
-            for v in $SETTINGS; do
-                env $v $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
-                echo "-- $(basename "$m") greedy ids, $v against the default: $(cmp -s "$OUT/ids-default.txt" "$OUT/ids-v.txt" && [ -s "$OUT/ids-v.txt" ] && echo identical || echo DIFFER)"
-            done
-        done
+        for m in $IDS_MODELS; do ids_against_default "$m" $SETTINGS; done
         for ty in q4_0 q8_0; do
             [ "$QUICK" = 1 ] && [ $ty = q8_0 ] && continue
             m=$(model tinyllama-1.1b $ty)
@@ -529,13 +533,7 @@ ropeatt)
 ab7b)
     SETTINGS=${AB_SETTINGS:-"X=default PLUMB_CUDA_PDL=decode+PLUMB_CUDA_ROPE=values PLUMB_CUDA_ATT_PREFETCH=1 PLUMB_CUDA_NORM=cluster-all PLUMB_CUDA_KV=heads"}
     {
-        for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)"; do
-            $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-default.txt"
-            for v in $SETTINGS; do
-                env ${v//+PLUMB_/ PLUMB_} $P run -m "$m" -p "Once upon a time" -n 32 --temp 0 --show-ids -ngl all 2>&1 >/dev/null | grep "generated ids" > "$OUT/ids-v.txt"
-                echo "-- $(basename "$m") greedy ids, $v against the default: $(cmp -s "$OUT/ids-default.txt" "$OUT/ids-v.txt" && [ -s "$OUT/ids-v.txt" ] && echo identical || echo DIFFER)"
-            done
-        done
+        for m in "$S/models/stories260K.gguf" "$S/models/TinyStories-656K-Q8_0.gguf" "$(model tinyllama-1.1b q4_0)"; do ids_against_default "$m" $SETTINGS; done
         m=$(model tinyllama-1.1b q4_0)
         for c in ${AB_CHUNKS:-64}; do
             for v in $SETTINGS; do echo "-- TinyLlama q4_0 -c $c, $v: $(export ${v//+PLUMB_/ PLUMB_}; compare_line "$m" $c)"; done

@@ -3425,7 +3425,14 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     h->graph_first_sighting = g && !strcmp(g, "every"); /* PLUMB_CUDA_GRAPHS=every: capture a shape's graph the first time it runs */
     h->split_min_slices = 2; /* measured on the H200 against 16,1: 4609 vs 4157 tok/s at 7B batch 64 */
     h->split_blocks_per_sm = 2;
-    if (pdl_env && strcmp(pdl_env, "0") && strcmp(pdl_env, "decode") && strcmp(pdl_env, "all") && strcmp(pdl_env, "products")) {
+    /* the PDL_* asked for, -1 for the shape's default (wide_model), -2 for a value not understood */
+    const int pdl_asked = !pdl_env                        ? -1
+                        : !strcmp(pdl_env, "0")           ? PDL_OFF
+                        : !strcmp(pdl_env, "decode")      ? PDL_DECODE
+                        : !strcmp(pdl_env, "all")         ? PDL_ALL
+                        : !strcmp(pdl_env, "products")    ? PDL_PRODUCTS
+                                                          : -2;
+    if (pdl_asked == -2) {
         snprintf(err, err_len, "PLUMB_CUDA_PDL wants 0, decode, all or products (programmatic dependent launch never, in steps of up to %d "
                                "tokens, in every step, or in those and for batch steps' products)", MATVEC_MAX_N);
         goto fail;
@@ -3591,13 +3598,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
-    /* every step by default: 7B Q4_0 batch 64 10719 -> 11321-11325 tok/s, prefill +13%, batch 1 and 8 the same (H100,
-     * bench/results/gpu/v20); decode: steps of up to MATVEC_MAX_N tokens only, the default from v6 to v19 */
-    /* products: opt-in, not yet timed (does the narrow shape lose to dependent launch of its small kernels?) */
-    h->pdl = major < 9 || (pdl_env && !strcmp(pdl_env, "0")) ? PDL_OFF
-           : pdl_env                                         ? (!strcmp(pdl_env, "decode") ? PDL_DECODE : !strcmp(pdl_env, "all") ? PDL_ALL : PDL_PRODUCTS)
-           : wide_model(d)                                   ? PDL_ALL
-                                                             : PDL_DECODE;
+    /* By default every step for wide models, decode steps only for the others (wide_model); products: opt-in, not yet timed
+     * (does the narrow shape lose to dependent launch of its small kernels?) */
+    h->pdl = major < 9 ? PDL_OFF : pdl_asked >= 0 ? pdl_asked : wide_model(d) ? PDL_ALL : PDL_DECODE;
     if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
     if (major < 9 || d->n_embd % (128 * NORM_CLUSTER)) h->norm_cluster = 0; /* clusters; whole warps of float4s a block */
     if (major == 9) { /* which image of the plugin this device runs: wgmma needs sm_90a's */
@@ -4160,8 +4163,8 @@ static void launch_gemm(handle *h, const dmat *W, int n, float *y, int ldy, int 
     else launch_gemm_nf<TYPE, 4, 1>(h, W, n, y, ldy, accumulate);
 }
 
-// y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
-static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
+// matmul's launches (with h->in_product set around them)
+static int matmul_launches(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
     if (W->type == TYPE_Q4_K && n <= MATVEC_MAX_N) launch_matvec_q4k(h, W, n, y, ldy, accumulate);
     else if (W->type == TYPE_Q4_K) { /* dequantized to F16, then cuBLAS on tensor cores */
         const size_t chunks = (size_t)W->rows * (W->cols / 8);
@@ -4201,6 +4204,14 @@ static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumu
         return -1;
     }
     return 0;
+}
+
+// y[t][0..rows) (+)= W . act[t] for n tokens; y rows are ldy floats apart.
+static int matmul(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate, char *err, size_t err_len) {
+    h->in_product = 1; /* (PDL_PRODUCTS: these launches are a product's) */
+    const int rc = matmul_launches(h, W, n, y, ldy, accumulate, err, err_len);
+    h->in_product = 0;
+    return rc;
 }
 
 static int matmul_group(handle *h, const dmat *W, int count, int n, float *y, int ldy, char *err, size_t err_len) {
@@ -4362,9 +4373,8 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
     h->pend = none;
     auto product = [&](const dmat *W, int count, float *y, int ldy, int accumulate, int reader_follows) {
         h->defer_sum = reader_follows && other && count == 1 && h->split_reader;
-        h->in_product = 1;
         const int rc = count == 1 ? matmul(h, W, n, y, ldy, accumulate, err, err_len) : matmul_group(h, W, count, n, y, ldy, err, err_len);
-        h->defer_sum = h->in_product = 0;
+        h->defer_sum = 0;
         return rc;
     };
     auto take = [&]() {
@@ -4406,10 +4416,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
     }
     if (d->has_head && n_out) {
         if (other) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
-        h->in_product = 1;
-        const int rc = mm ? matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len) : 0;
-        h->in_product = 0;
-        if (rc) return -1;
+        if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     if (mode & STEP_CHAIN) /* the picks: the next step's tokens, embedded at the next positions */
         launch(h, k_pick_next, n_out, 1024, 0, (const float *)h->logits, d->n_vocab, h->ids, h->dchain, (const int *)h->chain_in + d->max_batch, h->meta,
