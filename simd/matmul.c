@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,10 +420,27 @@ static int cpu_is_zen4(void) {
  * 29) and Q5_K (26 / 25) read alike, as did Q4_0 in decode (bench-ab
  * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, at
  * each product, for comparisons. */
+/* The one-token products' switches, read from the environment once (each
+ * product read three variables, every token, before): PLUMB_DOT8_WIDTH=256|512,
+ * PLUMB_WEIGHT_RUNS=1..MAX_RUNS, PLUMB_WEIGHT_PREFETCH=0|1; 0, 0 and -1 where
+ * unset or not one of those. */
+static pthread_once_t switches_once = PTHREAD_ONCE_INIT;
+static int sw_width, sw_runs, sw_prefetch = -1;
+static void read_switches(void) {
+    const char *w = getenv("PLUMB_DOT8_WIDTH"), *r = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
+    if (w && (!strcmp(w, "256") || !strcmp(w, "512"))) sw_width = atoi(w);
+    if (r && atoi(r) >= 1 && atoi(r) <= MAX_RUNS) sw_runs = atoi(r);
+    if (pf && (!strcmp(pf, "0") || !strcmp(pf, "1"))) sw_prefetch = pf[0] == '1';
+}
+void plumb_matmul_set_weight_runs(int runs) {
+    pthread_once(&switches_once, read_switches);
+    sw_runs = runs >= 1 && runs <= MAX_RUNS ? runs : 0;
+}
+
 static plumb_dot8_fn one_token_kernel(const plumb_kernels *k, uint32_t type) {
-    const char *e = getenv("PLUMB_DOT8_WIDTH");
+    pthread_once(&switches_once, read_switches);
     int narrow = cpu_is_zen4() && type == PLUMB_TYPE_Q6_K;
-    if (e && (!strcmp(e, "256") || !strcmp(e, "512"))) narrow = !strcmp(e, "256");
+    if (sw_width) narrow = sw_width == 256;
     return narrow && k->dot8_256[type] ? k->dot8_256[type] : k->dot8[type];
 }
 static int cpu_prefetches_weights(void) { return !cpu_is_zen4(); }
@@ -436,11 +454,11 @@ static int weight_runs(const plumb_kernels *k, uint32_t type, int threads) {
 
 static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W, int threads) {
     const plumb_type_traits *t = plumb_type_get(W->type);
-    const char *e = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
-    plumb_weight_prefetch = pf && (!strcmp(pf, "0") || !strcmp(pf, "1")) ? pf[0] == '1' : cpu_prefetches_weights();
+    pthread_once(&switches_once, read_switches);
+    plumb_weight_prefetch = sw_prefetch >= 0 ? sw_prefetch : cpu_prefetches_weights();
     const int runs = weight_runs(k, W->type, threads);
     slicing s = {.runs = runs ? runs : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
-    if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
+    if (sw_runs) s.runs = sw_runs;
     if (s.runs > MAX_RUNS) s.runs = MAX_RUNS;
     s.blocks = W->cols / t->block_size;
     s.a_bytes = plumb_matmul_act_bytes(W->type, t->block_size, 1);
