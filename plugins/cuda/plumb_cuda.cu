@@ -126,18 +126,6 @@ struct graph_slot {
 struct kv_geo {
     int n_layers, kv_block, kv_dim, ps, hs;
 };
-// a one-token product's tail (k_matvec_tail, PLUMB_CUDA_TAIL)
-#define TAIL_SWIGLU 1
-#define TAIL_NORM 2
-struct mv_tail {
-    unsigned *count; // TAIL_SWIGLU: [ff / 32] rows counted in per unit; TAIL_NORM: [1]
-    int kind;        // 0: none
-    int ff;          // TAIL_SWIGLU: gate rows (the up rows follow)
-    const float *w;  // TAIL_NORM: the norm's weights
-    float eps;
-    int8_t *aq;      // where the activations go
-    float2 *ad;
-};
 // A batch product's split-K partial sums not yet added to its output (see psum4)
 struct psum {
     const float *p;
@@ -201,13 +189,6 @@ struct handle {
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
     int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
                                                // (cluster-all), 0 a block a row (row, the default)
-    int tails;                                 // one-token products whose last blocks do the next kernel's work (PLUMB_CUDA_TAIL):
-                                               // TAIL_SWIGLU and/or TAIL_NORM bits (k_matvec_tail); 0 (off) the default
-    unsigned *tail_count;                      // the tails' counters: [n_ff / 32] SwiGLU units, then one for the norms
-    int8_t *aq2;                               // one token's down-projection activations, written by the gate/up product's tail
-    float2 *ad2;                               // (while that product still reads aq / ad) and their scales
-    struct mv_tail tail;                       // set around a product (kind 0: none); tail_used: its launch took it
-    int tail_used;
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
@@ -1895,86 +1876,6 @@ __device__ __forceinline__ void store_act_warp(float v, int row, int blk, int k,
     if (fmt & ACT_F16) ah[(size_t)row * k + blk * QK + lane] = __float2half(v);
 }
 
-// A one-token decode product whose last blocks do the next kernel's work
-// (PLUMB_CUDA_TAIL=swiglu|norm|both): each block, once its rows are stored,
-// counts them in; the block that completes a unit goes on with it.
-//   TAIL_SWIGLU  the stacked [gate; up] product: a unit is gate rows 32g..32g+31
-//                and the same up rows; its last block writes silu(gate) * up
-//                of those 32 values as one int8 activation block (k_make_act's
-//                work) into tl.aq / tl.ad, a buffer this product does not read.
-//   TAIL_NORM    a product that adds into the residual stream (wo, down): the
-//                unit is the whole output; the grid's last block writes the
-//                RMS norm of it, times tl.w, as the next product's int8
-//                activations (k_rmsnorm_act's work). Every block has read its
-//                activations before counting in, so tl.aq may be the buffer
-//                this product read.
-// This takes a kernel boundary out of the layer for each tail: a one-token step
-// of a 7B model is ~290 launches of a few microseconds each. The counters are
-// zero between launches (the last block of a unit resets its own).
-
-#define TAIL_NORM_HELD 16 // float4s a thread of 128 holds: outputs up to 8192 wide (the host checks)
-template <int TYPE, int R, int DEPTH>
-__global__ void __launch_bounds__(128) k_matvec_tail(const uint8_t *__restrict__ qs, const __half *__restrict__ wd, int dstride, int rows, int k,
-                                                     const int8_t *__restrict__ aq, const float2 *__restrict__ ad, float *y, int accumulate, mv_tail tl) {
-    pdl_trigger();
-    const int row0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * R, lane = threadIdx.x & 31; // (rows % (4 R) == 0: every warp has rows)
-    const int nb = k / QK;
-    float acc[R][1];
-#pragma unroll
-    for (int i = 0; i < R; i++) acc[i][0] = 0;
-    for (int b0 = lane; b0 < nb; b0 += 32 * DEPTH) {
-        mv_chunk<TYPE, R, DEPTH> c;
-        mv_load(c, qs, wd, dstride, rows, k, row0, b0);
-        if (b0 == lane) pdl_wait();
-        mv_mul<TYPE, 1, R, DEPTH>(c, k, b0, aq, ad, acc);
-    }
-    if (nb <= lane) pdl_wait();
-    mv_store<1, R>(acc, row0, rows, lane, y, 0, accumulate);
-    __shared__ unsigned last;
-    __shared__ float part[4];
-    __syncthreads(); // the block's rows are stored
-    const int unit = tl.kind == TAIL_SWIGLU ? (int)(blockIdx.x * 4 * R % tl.ff) / QK : 0;
-    if (threadIdx.x == 0) {
-        __threadfence(); // ... and visible to the block that completes the unit
-        const unsigned want = tl.kind == TAIL_SWIGLU ? 2 * QK : (unsigned)rows;
-        last = atomicAdd(tl.count + unit, 4 * R) + 4 * R == want;
-        if (last) tl.count[unit] = 0; // all of the unit's rows are in: ready for the next launch
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tl.kind == TAIL_SWIGLU) {
-        if (threadIdx.x < 32) {
-            const int i = unit * QK + lane;
-            store_act_warp(silu(__ldcg(y + i)) * __ldcg(y + tl.ff + i), 0, unit, tl.ff, ACT_Q8, tl.aq, tl.ad, NULL);
-        }
-        return;
-    }
-    float4 v[TAIL_NORM_HELD];
-    float ss = 0;
-#pragma unroll
-    for (int j = 0; j < TAIL_NORM_HELD; j++) {
-        const int i = (threadIdx.x + j * 128) * 4;
-        if (i < rows) {
-            v[j] = __ldcg((const float4 *)(y + i));
-            ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-        }
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    const float scale = rsqrtf((part[0] + part[1] + part[2] + part[3]) / rows + tl.eps);
-#pragma unroll
-    for (int j = 0; j < TAIL_NORM_HELD; j++) {
-        const int i = (threadIdx.x + j * 128) * 4; // (rows % 32 == 0: whole 8-thread groups of store_act4 go on together)
-        if (i < rows) {
-            const float4 g = *(const float4 *)(tl.w + i);
-            store_act4(make_float4(v[j].x * scale * g.x, v[j].y * scale * g.y, v[j].z * scale * g.z, v[j].w * scale * g.w), 0, i, rows, ACT_Q8, tl.aq,
-                       tl.ad, NULL);
-        }
-    }
-}
-
 // Attention for one (token, kv head, HG query heads of its group): W warps
 // split the positions, NP positions per pass loaded (as F16, converted when
 // used) before any is used; each warp keeps an online softmax per head (a
@@ -3127,8 +3028,7 @@ static void unload(void *hv) {
         cudaEventDestroy(h->ev0);
         cudaEventDestroy(h->ev1);
     }
-    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq, h->ids,
-                    h->tail_count, h->aq2, h->ad2};
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq, h->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
     if (h->hlogits) cudaFreeHost(h->hlogits);
@@ -3596,13 +3496,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->norm_cluster = !nm || !strcmp(nm, "row") ? 0 : !strcmp(nm, "cluster") ? 1 : 2;
-        const char *tl = getenv("PLUMB_CUDA_TAIL");
-        if (tl && strcmp(tl, "off") && strcmp(tl, "swiglu") && strcmp(tl, "norm") && strcmp(tl, "both")) {
-            snprintf(err, err_len, "PLUMB_CUDA_TAIL wants off, swiglu, norm or both (one-token products whose last blocks do the SwiGLU "
-                                   "and/or the RMS norm after them, instead of a kernel each)");
-            goto fail;
-        }
-        h->tails = !tl || !strcmp(tl, "off") ? 0 : !strcmp(tl, "swiglu") ? TAIL_SWIGLU : !strcmp(tl, "norm") ? TAIL_NORM : TAIL_SWIGLU | TAIL_NORM;
         const char *kl = getenv("PLUMB_CUDA_KV");
         if (kl && strcmp(kl, "positions") && strcmp(kl, "heads")) {
             snprintf(err, err_len, "PLUMB_CUDA_KV wants positions or heads (the KV cache's values of a block by position, or by head)");
@@ -3705,8 +3598,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
     CHECK(cudaGetDevice(&dev), "selecting the GPU");
     CHECK(cudaDeviceGetAttribute(&h->num_sms, cudaDevAttrMultiProcessorCount, dev), "querying the GPU");
     CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "querying the GPU");
-    /* By default every step for wide models, decode steps only for the others (wide_model); products: opt-in, not yet timed
-     * (does the narrow shape lose to dependent launch of its small kernels?) */
+    /* By default every step for wide models, decode steps only for the others (wide_model); products: opt-in (7B Q4_0 batch 64
+     * on the H200 +0.3% against all, 13004-13008 -> 13044-13045 tok/s, bench/results/gpu/v21; not run on the narrow shape) */
     h->pdl = major < 9 ? PDL_OFF : pdl_asked >= 0 ? pdl_asked : wide_model(d) ? PDL_ALL : PDL_DECODE;
     if (major < 8) h->att_mma = 0; /* mma.m16n8k16 */
     if (major < 9 || d->n_embd % (128 * NORM_CLUSTER)) h->norm_cluster = 0; /* clusters; whole warps of float4s a block */
@@ -3810,13 +3703,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->ids = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "greedy picks")) ||
         !(h->tile_count = (unsigned *)dev_alloc(h, TILE_COUNTERS * sizeof(unsigned), err, err_len, "split-K tile counters")))
         goto fail;
-    if (h->tails && d->n_ff % QK == 0 &&
-        (!(h->tail_count = (unsigned *)dev_alloc(h, (size_t)(d->n_ff / QK + 1) * sizeof(unsigned), err, err_len, "product tail counters")) ||
-         !(h->aq2 = (int8_t *)dev_alloc(h, (size_t)d->n_ff, err, err_len, "down-projection activations")) ||
-         !(h->ad2 = (float2 *)dev_alloc(h, (size_t)(d->n_ff / QK) * sizeof(float2), err, err_len, "down-projection activation scales"))))
-        goto fail;
-    if (h->tail_count) CHECK(cudaMemset(h->tail_count, 0, (size_t)(d->n_ff / QK + 1) * sizeof(unsigned)), "clearing the tail counters");
-    else h->tails = 0;
     CHECK(cudaMemset(h->tile_count, 0, TILE_COUNTERS * sizeof(unsigned)), "clearing the tile counters");
     CHECK(cudaMemset(h->ah, 0, (size_t)nb * max_k * 2), "clearing activations");
     if (h->skip) { /* the products of a skip experiment read activations nothing writes: zeros keep every sum finite */
@@ -3900,12 +3786,6 @@ template <int TYPE, int R, int DEPTH>
 static void launch_matvec_r(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     const dim3 g((unsigned)grid((size_t)W->rows, 4 * R));
     per_token_chunk(h, W, n, y, ldy, [&](auto nt, const int8_t *aq, const float2 *ad, float *yt) {
-        if constexpr (decltype(nt)::value == 1)
-            if (h->tail.kind && n == 1 && W->rows % (4 * R) == 0) {
-                launch(h, k_matvec_tail<TYPE, R, DEPTH>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, accumulate, h->tail);
-                h->tail_used = 1;
-                return;
-            }
         launch(h, k_matvec<TYPE, decltype(nt)::value, R, DEPTH>, g, 128, 0, W->qs, W->d, W->dstride, W->rows, W->cols, aq, ad, yt, ldy, accumulate);
     });
 }
@@ -4508,17 +4388,10 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
                       h->ah, take());
         else launch(h, k_rmsnorm_act, rows_n, 1024, 0, h->x, rws, w, D, d->rms_eps, fmt, h->aq, h->ad, h->ah, take());
     };
-    /* A one-token product whose last blocks can do the kernel after it (PLUMB_CUDA_TAIL, k_matvec_tail) */
-    auto tail_ok = [&](const dmat *W, int count, int bit) {
-        return n == 1 && mm && other && (h->tails & bit) && count == 1 && (W->type == TYPE_Q4_0 || W->type == TYPE_Q8_0) && !small_wg(h, W, 1) &&
-               !h->pend.p && !h->norm_cluster;
-    };
-    const int norm_tail_fits = D % QK == 0 && D <= 4 * 128 * TAIL_NORM_HELD;
-    int normed = 0; /* the last product's tail wrote the next norm's activations */
     for (int l = 0; !fused && l < d->n_layers; l++) {
         const dlayer *L = &h->layers[l];
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
-        if (other && !normed) norm(n, NULL, L->attn_norm, fq);
+        if (other) norm(n, NULL, L->attn_norm, fq);
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
         const int ropes = other && attention_ropes(h, n);
         const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
@@ -4535,40 +4408,14 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
             launch_attention(h, n, l, pos, seq, table, max_blocks, 0, ropes ? &ri : NULL);
             launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)qd, 1024)), 256, 0, h->att, qd, qd, 0, fo, h->aq, h->ad, h->ah, none);
         }
-        /* wo, then the FFN norm (or wo's tail does it) */
-        h->tail_used = 0;
-        if (tail_ok(&L->wo, 1, TAIL_NORM) && norm_tail_fits && fg == ACT_Q8)
-            h->tail = mv_tail{h->tail_count + ff / QK, TAIL_NORM, 0, L->ffn_norm, d->rms_eps, h->aq, h->ad};
-        int rc = mm && product(&L->wo, 1, h->x, D, 1, 1);
-        h->tail.kind = 0;
-        if (rc) return -1;
-        if (other && !h->tail_used) norm(n, NULL, L->ffn_norm, fg);
-        /* gate/up, then the SwiGLU (or gate/up's tail does it, into aq2 / ad2, which the down product then reads) */
-        h->tail_used = 0;
-        if (tail_ok(L->gu, L->n_gu, TAIL_SWIGLU) && fd == ACT_Q8 && ff % QK == 0) h->tail = mv_tail{h->tail_count, TAIL_SWIGLU, ff, NULL, 0, h->aq2, h->ad2};
-        rc = mm && product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1);
-        h->tail.kind = 0;
-        if (rc) return -1;
-        const int swiglu_done = h->tail_used;
-        if (other && !swiglu_done) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
-        /* down, then the next norm: the next layer's attention norm or the output norm (or down's tail does it) */
-        int8_t *aq0 = h->aq;
-        float2 *ad0 = h->ad;
-        if (swiglu_done) h->aq = h->aq2, h->ad = h->ad2;
-        const int last = l + 1 == d->n_layers;
-        const float *next_w = !last ? h->layers[l + 1].attn_norm : d->has_head && n_out ? h->output_norm : NULL;
-        const int next_fmt = !last ? group_fmt(h, h->layers[l + 1].qkv, h->layers[l + 1].n_qkv, n) : next_w ? act_fmt(h, &h->output, n_out) : 0;
-        h->tail_used = 0;
-        if (next_w && tail_ok(&L->down, 1, TAIL_NORM) && norm_tail_fits && next_fmt == ACT_Q8 && (!last || n_out == 1))
-            h->tail = mv_tail{h->tail_count + ff / QK, TAIL_NORM, 0, next_w, d->rms_eps, aq0, ad0};
-        rc = mm && product(&L->down, 1, h->x, D, 1, !last || (d->has_head && n_out));
-        h->tail.kind = 0;
-        h->aq = aq0, h->ad = ad0;
-        if (rc) return -1;
-        normed = h->tail_used;
+        if (mm && product(&L->wo, 1, h->x, D, 1, 1)) return -1;
+        if (other) norm(n, NULL, L->ffn_norm, fg);
+        if (mm && product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1)) return -1;
+        if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
+        if (mm && product(&L->down, 1, h->x, D, 1, l + 1 < d->n_layers || (d->has_head && n_out))) return -1;
     }
     if (d->has_head && n_out) {
-        if (other && !normed) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
+        if (other) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
         if (mm && matmul(h, &h->output, n_out, h->logits, d->n_vocab, 0, err, err_len)) return -1;
     }
     if (mode & STEP_CHAIN) /* the picks: the next step's tokens, embedded at the next positions */
