@@ -411,15 +411,6 @@ static int cpu_is_zen4(void) {
 #endif
 }
 
-/* The one-token 8-row kernel: the table's dot8, or its 256-bit twin
- * (dot8_256) where this CPU streams the type faster through it. Zen 4 runs
- * 512-bit operations as two 256-bit halves; streamed from memory (a
- * throwaway loop over 220 MB of repacked groups, one thread, alternating
- * kernels, bench/results/s22-cpu) Q6_K read 19.5-20.2 GB/s through the
- * 512-bit kernel and 26.3-28.2 through the 256-bit one, while Q4_K (28 /
- * 29) and Q5_K (26 / 25) read alike, as did Q4_0 in decode (bench-ab
- * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, at
- * each product, for comparisons. */
 /* The one-token products' switches, read from the environment once (each
  * product read three variables, every token, before): PLUMB_DOT8_WIDTH=256|512,
  * PLUMB_WEIGHT_RUNS=1..MAX_RUNS, PLUMB_WEIGHT_PREFETCH=0|1; 0, 0 and -1 where
@@ -437,6 +428,15 @@ void plumb_matmul_set_weight_runs(int runs) {
     sw_runs = runs >= 1 && runs <= MAX_RUNS ? runs : 0;
 }
 
+/* The one-token 8-row kernel: the table's dot8, or its 256-bit twin
+ * (dot8_256) where this CPU streams the type faster through it. Zen 4 runs
+ * 512-bit operations as two 256-bit halves; streamed from memory (a
+ * throwaway loop over 220 MB of repacked groups, one thread, alternating
+ * kernels, bench/results/s22-cpu) Q6_K read 19.5-20.2 GB/s through the
+ * 512-bit kernel and 26.3-28.2 through the 256-bit one, while Q4_K (28 /
+ * 29) and Q5_K (26 / 25) read alike, as did Q4_0 in decode (bench-ab
+ * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, for
+ * comparisons. */
 static plumb_dot8_fn one_token_kernel(const plumb_kernels *k, uint32_t type) {
     pthread_once(&switches_once, read_switches);
     int narrow = cpu_is_zen4() && type == PLUMB_TYPE_Q6_K;

@@ -2364,8 +2364,8 @@ struct flayer {
 };
 struct fused_args {
     const flayer *layers;
-    int n_layers, n, D, qd, kv_dim, ff, n_head, n_head_kv, hd, n_rot, neox, max_k, max_blocks, kv_block;
-    kv_geo kg; // the cache's layout
+    int n_layers, n, D, qd, kv_dim, ff, n_head, n_head_kv, hd, n_rot, neox, max_k, max_blocks;
+    kv_geo kg; // the cache's layout (its block size too)
     float eps;
     float *x, *qkv, *att, *hbuf; // hidden [n][D], q/k/v [n][qd + 2 kv_dim], attention out [n][qd], silu(gate) * up [n][ff]
     const float *cs, *sn;
@@ -3486,7 +3486,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
                                    "rotation pair, or per value as before; with attention, one-token steps do them inside the attention)");
             goto fail;
         }
-        /* Unset: the shape's profile (wide_model, below) */
+        /* Unset: the shape's profile (wide_model) */
         h->rope_pairs = rp ? strstr(rp, "pairs") != NULL : wide_model(d);
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
         const char *nm = getenv("PLUMB_CUDA_NORM");
@@ -4326,7 +4326,6 @@ static void launch_fused(handle *h, int n, int max_blocks) {
     a.neox = d->rope_neox;
     a.max_k = a.ff > a.D ? (a.ff > a.qd ? a.ff : a.qd) : (a.D > a.qd ? a.D : a.qd);
     a.max_blocks = max_blocks;
-    a.kv_block = d->kv_block;
     a.kg = h->kvg;
     a.eps = d->rms_eps;
     a.x = h->x;
