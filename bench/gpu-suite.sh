@@ -90,6 +90,11 @@
 #          then AB_ROUNDS (2) rounds of batch AB_BATCH (1,64) on the AB_SHAPE (llama2-7b) Q4_0 file, the settings in turn each round
 #          (which of the v20 wide-model launches costs TinyLlama 8.4%: AB_SHAPE=tinyllama-1.1b AB_BATCH=64
 #          AB_SETTINGS="X=default PLUMB_CUDA_PDL=all PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=all+PLUMB_CUDA_ROPE=pairs PLUMB_CUDA_PDL=products")
+#   same   settings that must not change a bit of the answers (SAME_SETTINGS, default PLUMB_CUDA_SWIGLU=kernel and
+#          PLUMB_CUDA_PDL=products, joined at "+PLUMB_" as in ab7b) against the default on the GPU: every scored position's
+#          log-probabilities (perplexity --kl) of the 7B and TinyLlama Q4_0 files at chunks of SAME_CHUNKS (32 64 100);
+#          each line should read KL max 0.000000, top 100%, max delta 0. TinyLlama also with PLUMB_CUDA_GEMM_SPLITS=1 on
+#          both sides (its gate/up GEMM otherwise splits k at 64 tokens, which takes the SwiGLU epilogue out)
 #   prof   per-kernel GPU time of one 7B decode step (batch 1 and 64) with ncu
 #   gemmprof  ncu speed-of-light / occupancy / stall sections of one batch GEMM launch
 # Logs and records go to $OUT (default ./gpu-out; a part writes several files each run: where only a
@@ -547,6 +552,23 @@ ab7b)
                 -o "$OUT/ab7b-$r-$(echo $v | tr -c 'a-zA-Z0-9' '_')" 2>&1 | grep -E "^\| |rror"
         done
     done 2>&1 | tee "$OUT/ab7b-speed.txt"
+    ;;
+same)
+    {
+        for sh in llama2-7b tinyllama-1.1b tinyllama-1.1b+PLUMB_CUDA_GEMM_SPLITS=1; do
+            m=$(model "${sh%%+*}" q4_0)
+            both=$([ "$sh" = "${sh#*+}" ] || echo "${sh#*+}")
+            for c in ${SAME_CHUNKS:-32 64 100}; do
+                base="$OUT/same-base.bin"
+                rm -f "$base"
+                env $both $P perplexity -m "$m" -f "$TEXT" -c $c --chunks 2 -t $T -ngl all --kl-base "$base" >/dev/null 2>&1 || echo "-- $sh -c $c: base run failed"
+                for v in ${SAME_SETTINGS:-PLUMB_CUDA_SWIGLU=kernel PLUMB_CUDA_PDL=products}; do
+                    echo "-- $sh -c $c, $v: $(env $both ${v//+PLUMB_/ PLUMB_} $P perplexity -m "$m" -f "$TEXT" -c $c --chunks 2 -t $T -ngl all --kl "$base" 2>&1 |
+                        grep -E "KL|top|rror" | tr '\n' ' ')"
+                done
+            done
+        done
+    } 2>&1 | tee "$OUT/same.txt"
     ;;
 rows)
     for ty in q4_0 q8_0; do

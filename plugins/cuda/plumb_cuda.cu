@@ -82,7 +82,7 @@ extern "C" {
         }                                                                                                           \
     } while (0)
 
-#define AMAPS 8 // activation tensor maps a handle keeps
+#define AMAPS 16 // activation tensor maps a handle keeps
 #define WG_ROWS_256 0
 #define WG_ROWS_AUTO 1
 #define WG_ROWS_TUNE 2
@@ -153,7 +153,11 @@ struct handle {
                            // on the H200: 73 us vs 53 + 6.7 us per 7B GEMM at batch 64), default k_splitk_sum
     int8_t *aq;   // int8 activations [max_batch][max_k]
     float2 *ad;   // their block scales (d, d * sum of quants) [max_batch][max_k/32]
-    __half *ah;   // F16 activations [max_batch][max_k]
+    __half *ah;   // F16 activations [max_batch][max_k]: the one products read (ah_main, or ah_ff for a down product after a SwiGLU GEMM)
+    __half *ah_main, *ah_ff; // the F16 activations, and [max_batch][n_ff] that a gate/up GEMM's SwiGLU epilogue writes
+    __half *swiglu_out;      // set around a gate/up product that may write its SwiGLU there (k_gemm_wt's SWIGLU) ...
+    int swiglu_done;         // ... and whether it did (then no k_make_act)
+    int swiglu_epi;          // PLUMB_CUDA_SWIGLU=epilogue (default) or kernel (k_make_act after every gate/up product)
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
     __half *deq;       // Q4_K matrices dequantized to F16 for a batch product (the largest one's size), or NULL
@@ -189,8 +193,9 @@ struct handle {
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
     int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
                                                // (cluster-all), 0 a block a row (row, the default)
-    CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by row length and token tile:
+    CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by buffer, row length and token tile:
     int amap_k[AMAPS], amap_bn[AMAPS], n_amaps;
+    const __half *amap_buf[AMAPS];
     int wg_small;                              // steps of wg_small to MATVEC_MAX_N tokens take the wgmma GEMM (0: never) ...
     long wg_small_elems;                       // ... for matrices of at least this many weights (PLUMB_CUDA_WG_SMALL=N sets N and 0)
     int wg_tile;                               // the wgmma GEMM's block shape WGxBNxNB as a code (PLUMB_CUDA_WG_TILE); 0: by batch size
@@ -1631,6 +1636,10 @@ struct wt_pipe {
     const CUtensorMap *wmap, *amap;
     const __half *wd;
     int dstride, rows;
+    int up_at; // 0, or a SwiGLU block's up rows' offset (row_of)
+    // the matrix row of the block's row i: r0 + i, or for a SwiGLU block (k_gemm_wt's SWIGLU) gate rows r0 + i in
+    // its first half and up rows up_at + r0 + i - BM / 2 in its second
+    __device__ __forceinline__ int row_of(int r0, int i) const { return up_at && i >= L::BM / 2 ? up_at + r0 + i - L::BM / 2 : r0 + i; }
     __device__ void init() const { // a stage's phase: the leader's arrival (with the TMA bytes) and each scale-copying thread's
         if (threadIdx.x == 0) {
             for (int s = 0; s < L::STAGES; s++) mbar_init(&bars[s], 1 + L::BM);
@@ -1642,10 +1651,10 @@ struct wt_pipe {
         if (threadIdx.x == 0) {
             mbar_expect_tx(&bars[s], L::TX);
 #pragma unroll
-            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * L::WROW, wmap, c * L::WROW, r0 + 64 * w, &bars[s]);
+            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * L::WROW, wmap, c * L::WROW, row_of(r0, 64 * w), &bars[s]);
         }
         if (threadIdx.x < L::BM) {
-            const int srow = r0 + (int)threadIdx.x;
+            const int srow = row_of(r0, (int)threadIdx.x);
             const bool in = srow < rows;
             cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + threadIdx.x * 8, in ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, in);
             mbar_arrive_copies(&bars[s]);
@@ -1701,23 +1710,53 @@ struct wt_pipe {
 
 template <int TYPE, int WG, int BN, int NB, int MB>
 __device__ __forceinline__ wt_pipe<TYPE, WG, BN, NB, MB> wt_pipe_at(unsigned char *smem_raw, const CUtensorMap *wmap, const CUtensorMap *amap,
-                                                                const __half *wd, int dstride, int rows) {
+                                                                const __half *wd, int dstride, int rows, int up_at) {
     typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     unsigned char *smem = smem_raw + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    return wt_pipe<TYPE, WG, BN, NB, MB>{smem, (uint64_t *)(smem + L::BARS), wmap, amap, wd, dstride, rows};
+    return wt_pipe<TYPE, WG, BN, NB, MB>{smem, (uint64_t *)(smem + L::BARS), wmap, amap, wd, dstride, rows, up_at};
 }
 
-template <int TYPE, int WG, int BN, int NB, int FR, int MB>
+// SwiGLU of a gate/up block's sums (k_gemm_wt's SWIGLU): every warp's sums
+// into the stages as a [BM][BN + 1] float tile (rows: the block's gate rows,
+// then the same rows of up), then act[t][r0 + j] = silu(gate_j) x up_j as
+// F16, a thread a value with consecutive threads on consecutive j (the
+// stores coalesce; the tile's odd row length keeps the column reads off
+// each other's banks). Same arithmetic as k_make_act on the F32 products.
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile, int r0, int wrow, int t0, int tq, int n, int ff, __half *act) {
+    wg_wait<0>();
+    wg_hold(acc);
+    __syncthreads(); // every warp is past its last reads of the stages
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) tile[(wrow + (e >> 1) * 8) * (BN + 1) + j * 8 + 2 * tq + (e & 1)] = acc[j * 4 + e];
+    __syncthreads();
+    constexpr int HALF = BM / 2;
+    for (int i = threadIdx.x; i < HALF * BN; i += THREADS) {
+        const int t = i / HALF, j = i % HALF;
+        if (t0 + t < n && r0 + j < ff)
+            act[(size_t)(t0 + t) * ff + r0 + j] = __float2half(silu(tile[j * (BN + 1) + t]) * tile[(j + HALF) * (BN + 1) + t]);
+    }
+}
+
+// SWIGLU: W stacks [gate; up] (rows = 2 ff, ff = up_at) and the block takes
+// gate rows r0 .. r0 + BM / 2 in its first warpgroups and the same rows of up
+// in the others; instead of the sums it writes silu(gate) x up as the next
+// product's F16 activations, act [n][ff] (one k split: the sums are whole).
+// It takes the place of k_make_act and the F32 [gate | up] round trip.
+template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU>
 __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
-                                                        int accumulate, int chunks_per_split, float *partial) {
+                                                        int accumulate, int chunks_per_split, float *partial, __half *act, int up_at) {
 #ifdef HAVE_WGMMA
     typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
+    static_assert(!SWIGLU || (WG % 2 == 0 && L::BM * (BN + 1) * 4 <= L::STAGES * L::STAGE), "SwiGLU: gate and up warpgroups, the tile in the stages");
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    const wt_pipe<TYPE, WG, BN, NB, MB> pipe = wt_pipe_at<TYPE, WG, BN, NB, MB>(smem_raw, &wmap, &amap, wd, dstride, rows);
+    const wt_pipe<TYPE, WG, BN, NB, MB> pipe = wt_pipe_at<TYPE, WG, BN, NB, MB>(smem_raw, &wmap, &amap, wd, dstride, rows, SWIGLU ? up_at : 0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int r0 = blockIdx.x * L::BM, t0 = blockIdx.y * BN;
+    const int r0 = blockIdx.x * (SWIGLU ? L::BM / 2 : L::BM), t0 = blockIdx.y * BN;
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const int c_begin = blockIdx.z * chunks_per_split, count = min(chunks, c_begin + chunks_per_split) - c_begin;
     auto at = [&](int i) { return make_int3(c_begin + i, r0, t0); }; // slice i: chunk c_begin + i of this block's tile
@@ -1730,7 +1769,8 @@ __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant_
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
     for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
-    wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
+    if constexpr (SWIGLU) wg_swiglu_out<L::BM, BN, L::THREADS>(acc, (float *)pipe.smem, r0, wrow, t0, tq, n, up_at, act);
+    else wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
 }
 
@@ -2855,13 +2895,13 @@ static void make_wmap(handle *h, dmat *W) {
     else free(m);
 }
 
-/* TMA's view of the F16 activations for products over k values: k x max_batch
+/* TMA's view of the F16 activations (h->ah) for products over k values: k x max_batch
  * tokens (a launch's tokens past n read stale rows, which only its unwritten
  * outputs see), boxes of 64 values (128 bytes, 128-byte swizzle: the wgmma
  * descriptors' layout) x bn tokens; NULL if the encoder refuses */
 static const CUtensorMap *act_map(handle *h, int k, int bn) {
     for (int i = 0; i < h->n_amaps; i++)
-        if (h->amap_k[i] == k && h->amap_bn[i] == bn) return &h->amaps[i];
+        if (h->amap_k[i] == k && h->amap_bn[i] == bn && h->amap_buf[i] == h->ah) return &h->amaps[i];
     if (h->n_amaps == AMAPS || (!h->amaps && !(h->amaps = (CUtensorMap *)aligned_alloc(64, AMAPS * sizeof(CUtensorMap))))) return NULL;
     const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)h->desc.max_batch}, strides[1] = {(cuuint64_t)k * 2};
     const cuuint32_t box[2] = {64, (cuuint32_t)bn}, unit[2] = {1, 1};
@@ -2870,6 +2910,7 @@ static const CUtensorMap *act_map(handle *h, int k, int bn) {
         return NULL;
     h->amap_k[h->n_amaps] = k;
     h->amap_bn[h->n_amaps] = bn;
+    h->amap_buf[h->n_amaps] = h->ah;
     return &h->amaps[h->n_amaps++];
 }
 
@@ -3028,7 +3069,7 @@ static void unload(void *hv) {
         cudaEventDestroy(h->ev0);
         cudaEventDestroy(h->ev1);
     }
-    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah, h->meta, h->blas_ws, h->tile_count, h->deq, h->ids};
+    void *bufs[] = {h->output_norm, h->k_pool, h->v_pool, h->x, h->qkv, h->att, h->gu, h->logits, h->cs, h->sn, h->partial, h->aq, h->ad, h->ah_main, h->ah_ff, h->meta, h->blas_ws, h->tile_count, h->deq, h->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) if (bufs[i]) cudaFree(bufs[i]);
     if (h->hx) cudaFreeHost(h->hx);
     if (h->hlogits) cudaFreeHost(h->hlogits);
@@ -3489,6 +3530,13 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         /* Unset: the shape's profile (wide_model) */
         h->rope_pairs = rp ? strstr(rp, "pairs") != NULL : wide_model(d);
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
+        const char *sw = getenv("PLUMB_CUDA_SWIGLU");
+        if (sw && strcmp(sw, "epilogue") && strcmp(sw, "kernel")) {
+            snprintf(err, err_len, "PLUMB_CUDA_SWIGLU wants epilogue or kernel (a batch step's SwiGLU written by the gate/up GEMM where its "
+                                   "sums are whole, or always by a kernel of its own after it)");
+            goto fail;
+        }
+        h->swiglu_epi = !(sw && !strcmp(sw, "kernel"));
         const char *nm = getenv("PLUMB_CUDA_NORM");
         if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
             snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
@@ -3698,7 +3746,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->partial = (float *)dev_alloc(h, h->partial_elems * 4, err, err_len, "split-k partial sums")) ||
         !(h->aq = (int8_t *)dev_alloc(h, (size_t)nb * max_k, err, err_len, "int8 activations")) ||
         !(h->ad = (float2 *)dev_alloc(h, (size_t)nb * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
-        !(h->ah = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
+        !(h->ah = h->ah_main = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
+        !(h->ah_ff = (__half *)dev_alloc(h, (size_t)nb * d->n_ff * 2 + 2, err, err_len, "F16 feed-forward activations")) ||
         !(h->meta = (int *)dev_alloc(h, h->meta_ints * 4, err, err_len, "positions and block tables")) ||
         !(h->ids = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "greedy picks")) ||
         !(h->tile_count = (unsigned *)dev_alloc(h, TILE_COUNTERS * sizeof(unsigned), err, err_len, "split-K tile counters")))
@@ -3864,9 +3913,15 @@ static cudaError_t gemm_wt_allow_smem_one() {
     if constexpr (NB != 4) return cudaSuccess; /* TMA boxes: one map per matrix, slices of 4 blocks */
     else {
         typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        if constexpr (WG % 2 == 0) {
+            if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         (int)cudaSharedmemCarveoutMaxShared);
+        }
         return e;
     }
 }
@@ -4016,8 +4071,16 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
     if constexpr (NB == 4) {
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> T;
-            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d, W->dstride,
-                   W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL);
+            if constexpr (WG % 2 == 0) /* a stacked gate/up product whose sums are whole: its SwiGLU in the epilogue */
+                if (h->swiglu_out && splits == 1 && W->rows % 2 == 0) {
+                    launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, dim3((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1), T::THREADS,
+                           T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, (float *)NULL, h->swiglu_out,
+                           W->rows / 2);
+                    h->swiglu_done = 1;
+                    return;
+                }
+            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d,
+                   W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
         }
@@ -4409,9 +4472,17 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         }
         if (mm && product(&L->wo, 1, h->x, D, 1, 1)) return -1;
         if (other) norm(n, NULL, L->ffn_norm, fg);
-        if (mm && product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1)) return -1;
-        if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
-        if (mm && product(&L->down, 1, h->x, D, 1, l + 1 < d->n_layers || (d->has_head && n_out))) return -1;
+        /* the gate/up GEMM may do the SwiGLU itself (F16 activations for down, in ah_ff), else k_make_act does */
+        h->swiglu_out = mm && other && h->swiglu_epi && L->n_gu == 1 && fd == ACT_F16 ? h->ah_ff : NULL;
+        h->swiglu_done = 0;
+        const int gu_rc = mm ? product(L->gu, L->n_gu, h->gu, 2 * ff, 0, 1) : 0;
+        h->swiglu_out = NULL;
+        if (gu_rc) return -1;
+        if (h->swiglu_done) h->ah = h->ah_ff;
+        else if (other) launch(h, k_make_act, dim3(n, (unsigned)grid((size_t)ff, 1024)), 256, 0, h->gu, 2 * ff, ff, 1, fd, h->aq, h->ad, h->ah, take());
+        const int down_rc = mm ? product(&L->down, 1, h->x, D, 1, l + 1 < d->n_layers || (d->has_head && n_out)) : 0;
+        h->ah = h->ah_main;
+        if (down_rc) return -1;
     }
     if (d->has_head && n_out) {
         if (other) norm(n_out, rows, h->output_norm, act_fmt(h, &h->output, n_out));
