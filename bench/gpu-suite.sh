@@ -108,7 +108,7 @@ for d in /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib /opt/torch/.venv/l
     [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
 S=${PLUMB_SHARED:-../shared}
-P=./plumb
+P=${PLUMB_BIN:-./plumb} # (PLUMB_BIN="timeout 150 ./plumb": a run that hangs ends)
 T=${THREADS:-16}
 TEXT="$S/reference/stories260K.greedy.once-upon-a-time.txt"
 model() { # shape type -> path (made once)
@@ -555,7 +555,7 @@ ab7b)
     ;;
 same)
     {
-        for sh in llama2-7b tinyllama-1.1b tinyllama-1.1b+PLUMB_CUDA_GEMM_SPLITS=1; do
+        for sh in ${SAME_SHAPES:-llama2-7b tinyllama-1.1b tinyllama-1.1b+PLUMB_CUDA_GEMM_SPLITS=1}; do
             m=$(model "${sh%%+*}" q4_0)
             both=$([ "$sh" = "${sh#*+}" ] || echo "${sh#*+}")
             for c in ${SAME_CHUNKS:-32 64 100}; do
@@ -654,7 +654,8 @@ rm -f "$OUT"/base-*.bin
 # PARTS=prof7b: ncu's full set for the kernels of one 7B Q4_0 batch-PROF_BATCH (64) decode step at
 # context ~PROF_PROMPT (128) (PLUMB_CUDA_PROFILE_STEP: step 3 inside the profiler's range, graphs off),
 # those named by PROF_KERNELS (default the batch GEMM and attention), PROF_COUNT (10) launches:
-# details (speed of light, memory, stall reasons) in $OUT/prof7b.txt, the report in $OUT/prof7b.ncu-rep
+# details (speed of light, memory, stall reasons) in $OUT/prof7b.txt, the report in $OUT/prof7b.ncu-rep, the most
+# sampled instructions of launches PROF_SASS in $OUT/prof7b-sass-top-*.txt (bench/ncu_sass_top.py)
 if [[ " ${PARTS:-} " == *" prof7b "* ]]; then
     m=$(model llama2-7b q4_0)
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -664,6 +665,13 @@ if [[ " ${PARTS:-} " == *" prof7b "* ]]; then
         -o "$OUT/prof7b-bench" > "$OUT/prof7b-run.txt" 2>&1
     tail -3 "$OUT/prof7b-run.txt"
     "$NCU" -i "$OUT/prof7b.ncu-rep" --page details > "$OUT/prof7b.txt" 2>&1
+    # where the warps of profiled launches PROF_SASS (0 2: the step's first and third, q/k/v and gate/up with the
+    # default kernels) waited, instruction by instruction
+    for i in ${PROF_SASS:-0 2}; do
+        "$NCU" -i "$OUT/prof7b.ncu-rep" --page source --print-source sass --csv --launch-skip "$i" --launch-count 1 > "$OUT/prof7b-sass-$i.csv" 2>&1 &&
+            python3 bench/ncu_sass_top.py "$OUT/prof7b-sass-$i.csv" 45 > "$OUT/prof7b-sass-top-$i.txt" 2>&1
+        head -50 "$OUT/prof7b-sass-top-$i.txt"
+    done
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Ipc" "$OUT/prof7b.txt" | head -120
 fi
 # PARTS=gemmprof: ncu's speed-of-light, occupancy and stall sections for one

@@ -158,6 +158,8 @@ struct handle {
     __half *swiglu_out;      // set around a gate/up product that may write its SwiGLU there (k_gemm_wt's SWIGLU) ...
     int swiglu_done;         // ... and whether it did (then no k_make_act)
     int swiglu_epi;          // PLUMB_CUDA_SWIGLU=epilogue (default) or kernel (k_make_act after every gate/up product)
+    int wt_producer;         // PLUMB_CUDA_WT=producer: the TMA GEMM with a warp that fills the stages (default barrier: every warp, a
+                             // block-wide barrier a slice)
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
     __half *deq;       // Q4_K matrices dequantized to F16 for a batch product (the largest one's size), or NULL
@@ -1588,8 +1590,8 @@ struct gemm_wt_smem {
     // gets fewer blocks than MB)
     static constexpr int BUDGET = MB == 1 ? 200 * 1024 : 227 * 1024 / MB - 2112, FIT = BUDGET / STAGE;
     static constexpr int STAGES = FIT < 3 ? 3 : FIT < 6 ? FIT : 6;
-    static constexpr int BARS = STAGES * STAGE;            // the stages' mbarriers, after the stages
-    static constexpr int BYTES = BARS + 8 * STAGES + 1024; // + room to align the base to 1024
+    static constexpr int BARS = STAGES * STAGE;             // the stages' mbarriers (full, then empty: k_gemm_wt's PRODUCER), after the stages
+    static constexpr int BYTES = BARS + 16 * STAGES + 1024; // + room to align the base to 1024
     static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's TMA copies deliver (the scales' cp.async arrive apart)
     static_assert(WROW == 64 || WROW == 128, "a row's slice is one swizzle span");
     static_assert(STAGES >= 3, "a slice's copies go two stages back");
@@ -1696,6 +1698,69 @@ struct wt_pipe {
         }
         multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
     }
+    // ---- with a producer warp (k_gemm_wt's PRODUCER): that warp alone fills the stages, ST slices ahead, and
+    // the consumer warps never meet at a block-wide barrier. A stage's full barrier waits for the leader's
+    // arrival (with the TMA bytes) and the 32 lanes' scale copies; its empty barrier for every consumer warp,
+    // which arrives once the MMAs of the slice in it are done.
+    static constexpr int CONSUMER_WARPS = 4 * WG;
+    __device__ void init_producer() const {
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < L::STAGES; s++) {
+                mbar_init(&bars[s], 1 + 32);
+                mbar_init(&bars[L::STAGES + s], CONSUMER_WARPS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+    }
+    __device__ __forceinline__ void produce_w(int s, int c, int r0, int lane) const {
+        if (lane == 0) {
+            mbar_expect_tx(&bars[s], L::TX);
+#pragma unroll
+            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * L::WROW, wmap, c * L::WROW, row_of(r0, 64 * w), &bars[s]);
+        }
+#pragma unroll
+        for (int i = lane; i < L::BM; i += 32) {
+            const int srow = row_of(r0, i);
+            const bool in = srow < rows;
+            cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + i * 8, in ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, in);
+        }
+        mbar_arrive_copies(&bars[s]);
+    }
+    // the producer warp's loop: slices 0 .. ST - 1 (their activations once the previous kernel is done), then each
+    // slice i into its stage once the consumers have released slice i - ST
+    template <typename AT> __device__ __forceinline__ void produce(int count, AT at, int lane) const {
+        const int first = count < ST ? count : ST;
+        for (int i = 0; i < first; i++) {
+            const int3 p = at(i);
+            produce_w(i, p.x, p.y, lane);
+        }
+        pdl_wait();
+        if (lane == 0)
+            for (int i = 0; i < first; i++) {
+                const int3 p = at(i);
+                issue_a(i, p.x, p.z);
+            }
+        for (int i = ST; i < count; i++) {
+            const int s = i % ST;
+            const int3 p = at(i);
+            mbar_wait(&bars[ST + s], (unsigned)((i / ST - 1) & 1));
+            if (lane == 0) release();
+            __syncwarp();
+            produce_w(s, p.x, p.y, lane);
+            if (lane == 0) issue_a(s, p.x, p.z);
+        }
+        cp_async_wait<0>(); // (the warp leaves with none of its copies in flight)
+    }
+    // a consumer warp's slice i: multiplied, then slice i - 1's stage released (wg_slice's last wait leaves only
+    // slice i's newest FR - 1 MMA groups in flight)
+    template <int FR> __device__ __forceinline__ void consume(float (&acc)[BN / 2], int i, int wrow, int tq, int lane) const {
+        multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
+        if (i > 0) {
+            __syncwarp();
+            if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(&bars[ST + (i - 1) % ST])) : "memory");
+        }
+    }
     template <int FR> __device__ __forceinline__ void multiply(float (&acc)[BN / 2], int s, unsigned parity, int wrow, int tq) const {
         constexpr int QB = L::QB, WROW = L::WROW;
         const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7; // (this lane's second row, wrow + 8, has the same swizzle)
@@ -1726,12 +1791,13 @@ template <int BM, int BN, int THREADS>
 __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile, int r0, int wrow, int t0, int tq, int n, int ff, __half *act) {
     wg_wait<0>();
     wg_hold(acc);
-    __syncthreads(); // every warp is past its last reads of the stages
+    // (barrier 1 over the THREADS that multiply: a producer warp has left)
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); // every warp is past its last reads of the stages
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) tile[(wrow + (e >> 1) * 8) * (BN + 1) + j * 8 + 2 * tq + (e & 1)] = acc[j * 4 + e];
-    __syncthreads();
+    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
     constexpr int HALF = BM / 2;
     for (int i = threadIdx.x; i < HALF * BN; i += THREADS) {
         const int t = i / HALF, j = i % HALF;
@@ -1745,8 +1811,11 @@ __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile,
 // in the others; instead of the sums it writes silu(gate) x up as the next
 // product's F16 activations, act [n][ff] (one k split: the sums are whole).
 // It takes the place of k_make_act and the F32 [gate | up] round trip.
-template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU>
-__global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+// PRODUCER: one more warp fills the stages (wt_pipe::produce) and the others
+// only multiply (consume), with no block-wide barrier a slice
+// (PLUMB_CUDA_WT=producer).
+template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU, bool PRODUCER>
+__global__ void __launch_bounds__(128 * WG + (PRODUCER ? 32 : 0), MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
                                                         int accumulate, int chunks_per_split, float *partial, __half *act, int up_at) {
 #ifdef HAVE_WGMMA
@@ -1760,15 +1829,27 @@ __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant_
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const int c_begin = blockIdx.z * chunks_per_split, count = min(chunks, c_begin + chunks_per_split) - c_begin;
     auto at = [&](int i) { return make_int3(c_begin + i, r0, t0); }; // slice i: chunk c_begin + i of this block's tile
-    pipe.init();
-    pipe.start(count, at);
+    if constexpr (PRODUCER) {
+        pdl_trigger();
+        pipe.init_producer();
+        if (warp == 4 * WG) {
+            pipe.produce(count, at, lane);
+            return;
+        }
+        pdl_wait(); // (the data comes after the producer's wait; this orders the epilogue's reads and writes of C too)
+    } else {
+        pipe.init();
+        pipe.start(count, at);
+    }
 
     const int wrow = warp * 16 + g; // this lane's first row in the block
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
-    for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
+    for (int i = 0; i < count; i++)
+        if constexpr (PRODUCER) pipe.template consume<FR>(acc, i, wrow, tq, lane);
+        else pipe.template step<FR>(acc, i, count, at, wrow, tq);
     if constexpr (SWIGLU) wg_swiglu_out<L::BM, BN, L::THREADS>(acc, (float *)pipe.smem, r0, wrow, t0, tq, n, up_at, act);
     else wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
@@ -3537,6 +3618,13 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->swiglu_epi = !(sw && !strcmp(sw, "kernel"));
+        const char *wtp = getenv("PLUMB_CUDA_WT");
+        if (wtp && strcmp(wtp, "producer") && strcmp(wtp, "barrier")) {
+            snprintf(err, err_len, "PLUMB_CUDA_WT wants producer or barrier (the TMA GEMM's stages filled by a warp of their own, or by "
+                                   "every warp after a block-wide barrier a slice)");
+            goto fail;
+        }
+        h->wt_producer = wtp && !strcmp(wtp, "producer");
         const char *nm = getenv("PLUMB_CUDA_NORM");
         if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
             snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
@@ -3913,14 +4001,15 @@ static cudaError_t gemm_wt_allow_smem_one() {
     if constexpr (NB != 4) return cudaSuccess; /* TMA boxes: one map per matrix, slices of 4 blocks */
     else {
         typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        auto allow = [](const void *k) {
+            cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+            return e == cudaSuccess ? cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared) : e;
+        };
+        cudaError_t e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, false>);
+        if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, true>);
         if constexpr (WG % 2 == 0) {
-            if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
-            if (e == cudaSuccess)
-                e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         (int)cudaSharedmemCarveoutMaxShared);
+            if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, false>);
+            if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, true>);
         }
         return e;
     }
@@ -4071,16 +4160,19 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
     if constexpr (NB == 4) {
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> T;
+            const int prod = h->wt_producer, threads = T::THREADS + (prod ? 32 : 0);
             if constexpr (WG % 2 == 0) /* a stacked gate/up product whose sums are whole: its SwiGLU in the epilogue */
                 if (h->swiglu_out && splits == 1 && W->rows % 2 == 0) {
-                    launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, dim3((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1), T::THREADS,
+                    const dim3 g((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1);
+                    launch(h, prod ? k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, true> : k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, false>, g, threads,
                            T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, (float *)NULL, h->swiglu_out,
                            W->rows / 2);
                     h->swiglu_done = 1;
                     return;
                 }
-            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d,
-                   W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
+            launch(h, prod ? k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, true> : k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, false>,
+                   dim3(row_blocks, tok_blocks, splits), threads, T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps,
+                   splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
         }
