@@ -18,7 +18,7 @@ def num(s):
 def main(path, top):
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]
-    rows = list(csv.DictReader(lines))
+    rows = [{k: v for k, v in r.items() if k is not None} for r in csv.DictReader(lines)]  # (rows longer than the header: extra fields dropped)
     if not rows:
         print("no rows in", path)
         return

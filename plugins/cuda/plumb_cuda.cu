@@ -158,8 +158,6 @@ struct handle {
     __half *swiglu_out;      // set around a gate/up product that may write its SwiGLU there (k_gemm_wt's SWIGLU) ...
     int swiglu_done;         // ... and whether it did (then no k_make_act)
     int swiglu_epi;          // PLUMB_CUDA_SWIGLU=epilogue (default) or kernel (k_make_act after every gate/up product)
-    int wt_producer;         // PLUMB_CUDA_WT=producer: the TMA GEMM with a warp that fills the stages (default barrier: every warp, a
-                             // block-wide barrier a slice)
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
     __half *deq;       // Q4_K matrices dequantized to F16 for a batch product (the largest one's size), or NULL
@@ -193,6 +191,7 @@ struct handle {
     int att_prefetch;                          // the tensor-core attention prefetches its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1; default 0)
     int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
+    int rope_quads;                            // heads of 128 (Llama pairs): a thread 4 values (k_rope_kv_quads; PLUMB_CUDA_ROPE=quads)
     int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
                                                // (cluster-all), 0 a block a row (row, the default)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by buffer, row length and token tile:
@@ -1590,8 +1589,8 @@ struct gemm_wt_smem {
     // gets fewer blocks than MB)
     static constexpr int BUDGET = MB == 1 ? 200 * 1024 : 227 * 1024 / MB - 2112, FIT = BUDGET / STAGE;
     static constexpr int STAGES = FIT < 3 ? 3 : FIT < 6 ? FIT : 6;
-    static constexpr int BARS = STAGES * STAGE;             // the stages' mbarriers (full, then empty: k_gemm_wt's PRODUCER), after the stages
-    static constexpr int BYTES = BARS + 16 * STAGES + 1024; // + room to align the base to 1024
+    static constexpr int BARS = STAGES * STAGE;            // the stages' mbarriers, after the stages
+    static constexpr int BYTES = BARS + 8 * STAGES + 1024; // + room to align the base to 1024
     static constexpr unsigned TX = STAGE_W + STAGE_A;      // bytes a slice's TMA copies deliver (the scales' cp.async arrive apart)
     static_assert(WROW == 64 || WROW == 128, "a row's slice is one swizzle span");
     static_assert(STAGES >= 3, "a slice's copies go two stages back");
@@ -1698,69 +1697,6 @@ struct wt_pipe {
         }
         multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
     }
-    // ---- with a producer warp (k_gemm_wt's PRODUCER): that warp alone fills the stages, ST slices ahead, and
-    // the consumer warps never meet at a block-wide barrier. A stage's full barrier waits for the leader's
-    // arrival (with the TMA bytes) and the 32 lanes' scale copies; its empty barrier for every consumer warp,
-    // which arrives once the MMAs of the slice in it are done.
-    static constexpr int CONSUMER_WARPS = 4 * WG;
-    __device__ void init_producer() const {
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < L::STAGES; s++) {
-                mbar_init(&bars[s], 1 + 32);
-                mbar_init(&bars[L::STAGES + s], CONSUMER_WARPS);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncthreads();
-    }
-    __device__ __forceinline__ void produce_w(int s, int c, int r0, int lane) const {
-        if (lane == 0) {
-            mbar_expect_tx(&bars[s], L::TX);
-#pragma unroll
-            for (int w = 0; w < WG; w++) tma_load_2d(smem + s * L::STAGE + w * 64 * L::WROW, wmap, c * L::WROW, row_of(r0, 64 * w), &bars[s]);
-        }
-#pragma unroll
-        for (int i = lane; i < L::BM; i += 32) {
-            const int srow = row_of(r0, i);
-            const bool in = srow < rows;
-            cp_async_n<8>(smem + s * L::STAGE + L::SC_AT + i * 8, in ? wd + (size_t)srow * dstride + (size_t)c * NB : wd, in);
-        }
-        mbar_arrive_copies(&bars[s]);
-    }
-    // the producer warp's loop: slices 0 .. ST - 1 (their activations once the previous kernel is done), then each
-    // slice i into its stage once the consumers have released slice i - ST
-    template <typename AT> __device__ __forceinline__ void produce(int count, AT at, int lane) const {
-        const int first = count < ST ? count : ST;
-        for (int i = 0; i < first; i++) {
-            const int3 p = at(i);
-            produce_w(i, p.x, p.y, lane);
-        }
-        pdl_wait();
-        if (lane == 0)
-            for (int i = 0; i < first; i++) {
-                const int3 p = at(i);
-                issue_a(i, p.x, p.z);
-            }
-        for (int i = ST; i < count; i++) {
-            const int s = i % ST;
-            const int3 p = at(i);
-            mbar_wait(&bars[ST + s], (unsigned)((i / ST - 1) & 1));
-            if (lane == 0) release();
-            __syncwarp();
-            produce_w(s, p.x, p.y, lane);
-            if (lane == 0) issue_a(s, p.x, p.z);
-        }
-        cp_async_wait<0>(); // (the warp leaves with none of its copies in flight)
-    }
-    // a consumer warp's slice i: multiplied, then slice i - 1's stage released (wg_slice's last wait leaves only
-    // slice i's newest FR - 1 MMA groups in flight)
-    template <int FR> __device__ __forceinline__ void consume(float (&acc)[BN / 2], int i, int wrow, int tq, int lane) const {
-        multiply<FR>(acc, i % ST, (i / ST) & 1, wrow, tq);
-        if (i > 0) {
-            __syncwarp();
-            if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(&bars[ST + (i - 1) % ST])) : "memory");
-        }
-    }
     template <int FR> __device__ __forceinline__ void multiply(float (&acc)[BN / 2], int s, unsigned parity, int wrow, int tq) const {
         constexpr int QB = L::QB, WROW = L::WROW;
         const int swz = WROW == 64 ? (wrow >> 1) & 3 : wrow & 7; // (this lane's second row, wrow + 8, has the same swizzle)
@@ -1791,13 +1727,12 @@ template <int BM, int BN, int THREADS>
 __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile, int r0, int wrow, int t0, int tq, int n, int ff, __half *act) {
     wg_wait<0>();
     wg_hold(acc);
-    // (barrier 1 over the THREADS that multiply: a producer warp has left)
-    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); // every warp is past its last reads of the stages
+    __syncthreads(); // every warp is past its last reads of the stages
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) tile[(wrow + (e >> 1) * 8) * (BN + 1) + j * 8 + 2 * tq + (e & 1)] = acc[j * 4 + e];
-    asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+    __syncthreads();
     constexpr int HALF = BM / 2;
     for (int i = threadIdx.x; i < HALF * BN; i += THREADS) {
         const int t = i / HALF, j = i % HALF;
@@ -1811,11 +1746,8 @@ __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile,
 // in the others; instead of the sums it writes silu(gate) x up as the next
 // product's F16 activations, act [n][ff] (one k split: the sums are whole).
 // It takes the place of k_make_act and the F32 [gate | up] round trip.
-// PRODUCER: one more warp fills the stages (wt_pipe::produce) and the others
-// only multiply (consume), with no block-wide barrier a slice
-// (PLUMB_CUDA_WT=producer).
-template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU, bool PRODUCER>
-__global__ void __launch_bounds__(128 * WG + (PRODUCER ? 32 : 0), MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
+template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU>
+__global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
                                                         int accumulate, int chunks_per_split, float *partial, __half *act, int up_at) {
 #ifdef HAVE_WGMMA
@@ -1829,27 +1761,15 @@ __global__ void __launch_bounds__(128 * WG + (PRODUCER ? 32 : 0), MB) k_gemm_wt(
     const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
     const int c_begin = blockIdx.z * chunks_per_split, count = min(chunks, c_begin + chunks_per_split) - c_begin;
     auto at = [&](int i) { return make_int3(c_begin + i, r0, t0); }; // slice i: chunk c_begin + i of this block's tile
-    if constexpr (PRODUCER) {
-        pdl_trigger();
-        pipe.init_producer();
-        if (warp == 4 * WG) {
-            pipe.produce(count, at, lane);
-            return;
-        }
-        pdl_wait(); // (the data comes after the producer's wait; this orders the epilogue's reads and writes of C too)
-    } else {
-        pipe.init();
-        pipe.start(count, at);
-    }
+    pipe.init();
+    pipe.start(count, at);
 
     const int wrow = warp * 16 + g; // this lane's first row in the block
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
-    for (int i = 0; i < count; i++)
-        if constexpr (PRODUCER) pipe.template consume<FR>(acc, i, wrow, tq, lane);
-        else pipe.template step<FR>(acc, i, count, at, wrow, tq);
+    for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
     if constexpr (SWIGLU) wg_swiglu_out<L::BM, BN, L::THREADS>(acc, (float *)pipe.smem, r0, wrow, t0, tq, n, up_at, act);
     else wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
@@ -1980,6 +1900,45 @@ __global__ void k_rope_kv_pairs(float *__restrict__ qkv, int ldq, const float *_
         put(ib, a * s + b * c); // (k_rope_kv's pv * s + v * c with v = b, pv = a)
     }
     for (int i = (turned ? n_rot : 0) + p; i < hd; i += tph) put(i, at(h * hd + i));
+}
+
+// k_rope_kv_pairs for heads of 128 values all turned, Llama's interleaved
+// pairs (not NeoX): a warp a head, a thread 4 consecutive values (pairs 2p,
+// 2p + 1) by float4 loads of the row and of each split-K partial, and 8-byte
+// F16 stores into the cache. 128 threads: 4 heads a block, a quarter of the
+// value-per-thread kernel's threads (the 7B batch-64 step's k_rope_kv_pairs
+// was 10 us on the H100, 1.45 waves of 64 x 48 blocks; bench/results/gpu/v22).
+// Same arithmetic: the partials added in psum1's order, (a, b) turned as there.
+__global__ void k_rope_kv_quads(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
+                                const float *__restrict__ sn, const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table,
+                                int max_blocks, int n_head, int n_head_kv, __half *__restrict__ kp, __half *__restrict__ vp, int layer, kv_geo g,
+                                psum ps) {
+    constexpr int HD = 128, HALF = HD / 2;
+    pdl_trigger();
+    pdl_wait();
+    const int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), i = (threadIdx.x & 31) * 4;
+    if (h >= n_head + 2 * n_head_kv) return;
+    float *row = qkv + (size_t)t * ldq;
+    const int c = h * HD + i;
+    float4 v = ps.p && !ps.accumulate ? make_float4(0, 0, 0, 0) : *(const float4 *)(row + c); // (a sum that replaces the row never reads it)
+    if (ps.p) v = psum4(ps, v, t, c);
+    if (bias) {
+        const float4 b = *(const float4 *)(bias + c);
+        v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+    }
+    if (h < n_head + n_head_kv) { // q or k: pairs i / 2 and i / 2 + 1 turn
+        const float c0 = cs[(size_t)t * HALF + i / 2], s0 = sn[(size_t)t * HALF + i / 2];
+        const float c1 = cs[(size_t)t * HALF + i / 2 + 1], s1 = sn[(size_t)t * HALF + i / 2 + 1];
+        v = make_float4(v.x * c0 - v.y * s0, v.x * s0 + v.y * c0, v.z * c1 - v.w * s1, v.z * s1 + v.w * c1);
+    }
+    if (h < n_head) {
+        *(float4 *)(row + c) = v;
+        return;
+    }
+    const int is_k = h < n_head + n_head_kv, kvh = is_k ? h - n_head : h - n_head - n_head_kv;
+    __half2 *dst = (__half2 *)((is_k ? kp : vp) + kv_at(table + seq[t] * max_blocks, pos[t], kvh, layer, g) + i);
+    dst[0] = __floats2half2_rn(v.x, v.y);
+    dst[1] = __floats2half2_rn(v.z, v.w);
 }
 
 // One warp writes one 32-value block of activations (lane = value): int8
@@ -2943,6 +2902,20 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
 // known.
 static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4096; }
 
+// PLUMB_CUDA_ROPE's value: words of values, pairs, quads, attention joined by '+'
+static int rope_words_known(const char *v) {
+    static const char *const words[] = {"values", "pairs", "quads", "attention"};
+    while (*v) {
+        const size_t len = strcspn(v, "+");
+        int known = 0;
+        for (size_t i = 0; i < sizeof words / sizeof *words; i++) known |= len == strlen(words[i]) && !strncmp(v, words[i], len);
+        if (!known) return 0;
+        v += len;
+        if (*v == '+' && *++v == 0) return 0;
+    }
+    return 1;
+}
+
 static int supported(uint32_t t) { return t == TYPE_F32 || t == TYPE_F16 || t == TYPE_Q4_0 || t == TYPE_Q8_0 || t == TYPE_Q4_K; }
 
 // The rows of srcs[0..n), stacked, split block by block: each block of
@@ -3603,14 +3576,16 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         }
         h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
         const char *rp = getenv("PLUMB_CUDA_ROPE");
-        if (rp && strcmp(rp, "pairs") && strcmp(rp, "values") && strcmp(rp, "attention") && strcmp(rp, "attention+pairs")) {
-            snprintf(err, err_len, "PLUMB_CUDA_ROPE wants pairs, values, attention or attention+pairs (RoPE and the KV writes a thread per "
-                                   "rotation pair, or per value as before; with attention, one-token steps do them inside the attention)");
+        if (rp && !rope_words_known(rp)) {
+            snprintf(err, err_len, "PLUMB_CUDA_ROPE wants values, pairs, quads or attention, or several joined by '+' (RoPE and the KV writes a "
+                                   "thread per value, per rotation pair, or per 4 values for heads of 128; with attention, one-token steps do "
+                                   "them inside the attention), e.g. attention+pairs+quads");
             goto fail;
         }
         /* Unset: the shape's profile (wide_model) */
         h->rope_pairs = rp ? strstr(rp, "pairs") != NULL : wide_model(d);
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
+        h->rope_quads = rp ? strstr(rp, "quads") != NULL : wide_model(d);
         const char *sw = getenv("PLUMB_CUDA_SWIGLU");
         if (sw && strcmp(sw, "epilogue") && strcmp(sw, "kernel")) {
             snprintf(err, err_len, "PLUMB_CUDA_SWIGLU wants epilogue or kernel (a batch step's SwiGLU written by the gate/up GEMM where its "
@@ -3618,13 +3593,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->swiglu_epi = !(sw && !strcmp(sw, "kernel"));
-        const char *wtp = getenv("PLUMB_CUDA_WT");
-        if (wtp && strcmp(wtp, "producer") && strcmp(wtp, "barrier")) {
-            snprintf(err, err_len, "PLUMB_CUDA_WT wants producer or barrier (the TMA GEMM's stages filled by a warp of their own, or by "
-                                   "every warp after a block-wide barrier a slice)");
-            goto fail;
-        }
-        h->wt_producer = wtp && !strcmp(wtp, "producer");
         const char *nm = getenv("PLUMB_CUDA_NORM");
         if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
             snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
@@ -4001,15 +3969,14 @@ static cudaError_t gemm_wt_allow_smem_one() {
     if constexpr (NB != 4) return cudaSuccess; /* TMA boxes: one map per matrix, slices of 4 blocks */
     else {
         typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
-        auto allow = [](const void *k) {
-            cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
-            return e == cudaSuccess ? cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared) : e;
-        };
-        cudaError_t e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, false>);
-        if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, true>);
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         if constexpr (WG % 2 == 0) {
-            if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, false>);
-            if (e == cudaSuccess) e = allow((const void *)k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, true>);
+            if (e == cudaSuccess) e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES);
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         (int)cudaSharedmemCarveoutMaxShared);
         }
         return e;
     }
@@ -4160,19 +4127,16 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
     if constexpr (NB == 4) {
         if (am) {
             typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> T;
-            const int prod = h->wt_producer, threads = T::THREADS + (prod ? 32 : 0);
             if constexpr (WG % 2 == 0) /* a stacked gate/up product whose sums are whole: its SwiGLU in the epilogue */
                 if (h->swiglu_out && splits == 1 && W->rows % 2 == 0) {
-                    const dim3 g((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1);
-                    launch(h, prod ? k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, true> : k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true, false>, g, threads,
+                    launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, dim3((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1), T::THREADS,
                            T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, (float *)NULL, h->swiglu_out,
                            W->rows / 2);
                     h->swiglu_done = 1;
                     return;
                 }
-            launch(h, prod ? k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, true> : k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false, false>,
-                   dim3(row_blocks, tok_blocks, splits), threads, T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps,
-                   splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
+            launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d,
+                   W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
         }
@@ -4549,7 +4513,10 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
         const int ropes = other && attention_ropes(h, n);
         const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
-        if (other && !ropes && h->rope_pairs) {
+        if (other && !ropes && h->rope_quads && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128 && ldq % 4 == 0)
+            launch(h, k_rope_kv_quads, dim3(n, (d->n_head + 2 * d->n_head_kv + 3) / 4), 128, 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
+                   max_blocks, d->n_head, d->n_head_kv, h->k_pool, h->v_pool, l, h->kvg, take());
+        else if (other && !ropes && h->rope_pairs) {
             const int heads = d->n_head + 2 * d->n_head_kv, tph = d->n_rot >= 2 ? (d->n_rot / 2 + 31) / 32 * 32 : 32;
             const int hpb = tph >= 128 ? 1 : 128 / tph; /* heads a block: 128 threads, or one head of more */
             launch(h, k_rope_kv_pairs, dim3(n, (heads + hpb - 1) / hpb), (unsigned)(hpb * tph), 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
