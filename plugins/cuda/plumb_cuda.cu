@@ -1745,7 +1745,10 @@ __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile,
 // gate rows r0 .. r0 + BM / 2 in its first warpgroups and the same rows of up
 // in the others; instead of the sums it writes silu(gate) x up as the next
 // product's F16 activations, act [n][ff] (one k split: the sums are whole).
-// It takes the place of k_make_act and the F32 [gate | up] round trip.
+// It takes the place of k_make_act and the F32 [gate | up] round trip
+// (PLUMB_CUDA_SWIGLU=epilogue, the default: 7B Q4_0 batch 64 on an H100
+// 11681 / 11707 -> 11873 / 11869 tok/s, bench/results/gpu/v22; the logits
+// agree with k_make_act's to every printed digit of perplexity --kl).
 template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU>
 __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
@@ -2899,7 +2902,10 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
 // 30211-30236 (-8.4%; the third was not run on it). So narrower models keep
 // dependent launch for decode steps only and RoPE a thread per value. Why
 // the narrow shape loses, and where between the two the line lies, is not
-// known.
+// known. Since v22 wide models with heads of 128 take RoPE a thread per 4
+// values (k_rope_kv_quads; PLUMB_CUDA_ROPE=...+quads): 7B batch 64 on an
+// H100 11796 / 11866 -> 12058 / 12032 tok/s with the SwiGLU epilogue on both
+// sides. Not run on TinyLlama (heads of 64: the kernel does not apply).
 static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4096; }
 
 // PLUMB_CUDA_ROPE's value: words of values, pairs, quads, attention joined by '+'
