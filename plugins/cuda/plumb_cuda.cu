@@ -3809,7 +3809,7 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         !(h->aq = (int8_t *)dev_alloc(h, (size_t)nb * max_k, err, err_len, "int8 activations")) ||
         !(h->ad = (float2 *)dev_alloc(h, (size_t)nb * (max_k / QK + 1) * sizeof(float2), err, err_len, "activation scales")) ||
         !(h->ah = h->ah_main = (__half *)dev_alloc(h, (size_t)nb * max_k * 2, err, err_len, "F16 activations")) ||
-        !(h->ah_ff = (__half *)dev_alloc(h, (size_t)nb * d->n_ff * 2 + 2, err, err_len, "F16 feed-forward activations")) ||
+        !(h->ah_ff = (__half *)dev_alloc(h, (size_t)nb * d->n_ff * 2, err, err_len, "F16 feed-forward activations")) ||
         !(h->meta = (int *)dev_alloc(h, h->meta_ints * 4, err, err_len, "positions and block tables")) ||
         !(h->ids = (int *)dev_alloc(h, (size_t)nb * 4, err, err_len, "greedy picks")) ||
         !(h->tile_count = (unsigned *)dev_alloc(h, TILE_COUNTERS * sizeof(unsigned), err, err_len, "split-K tile counters")))
