@@ -224,14 +224,18 @@ typedef struct {
     _Alignas(64) uint64_t span; /* next | end << 32 */
 } share;
 
-static int steal_on = -1; /* -1: not yet read from the environment */
-void plumb_matmul_set_row_steal(int on) { steal_on = on != 0; }
+/* the environment's switches, read once (read_switches, below) */
+static pthread_once_t switches_once;
+static void read_switches(void);
+static int sw_steal = 1, sw_taper = 1;
+
+void plumb_matmul_set_row_steal(int on) {
+    pthread_once(&switches_once, read_switches);
+    sw_steal = on != 0;
+}
 static int steal_enabled(void) {
-    if (steal_on < 0) {
-        const char *e = getenv("PLUMB_ROW_STEAL");
-        steal_on = !(e && !strcmp(e, "0"));
-    }
-    return steal_on;
+    pthread_once(&switches_once, read_switches);
+    return sw_steal;
 }
 
 /* Takes up to chunk items from the front (own share) or the back (another's),
@@ -240,18 +244,13 @@ static int steal_enabled(void) {
  * the other's last one item or two, not for a sixteenth of its share
  * (PLUMB_STEAL_TAPER=0: chunk items to the end, for comparisons). First
  * item, or -1 when empty. */
-static int taper_on = -1;
 static int64_t take(share *s, int64_t chunk, int from_back, int64_t *count) {
-    if (taper_on < 0) {
-        const char *e = getenv("PLUMB_STEAL_TAPER");
-        taper_on = !(e && !strcmp(e, "0"));
-    }
     uint64_t cur = __atomic_load_n(&s->span, __ATOMIC_RELAXED);
     for (;;) {
         const uint64_t next = cur & 0xFFFFFFFFu, end = cur >> 32;
         if (next >= end) return -1;
         uint64_t n = end - next < (uint64_t)chunk ? end - next : (uint64_t)chunk;
-        if (taper_on && n > (end - next + 3) / 4) n = (end - next + 3) / 4;
+        if (sw_taper && n > (end - next + 3) / 4) n = (end - next + 3) / 4;
         const uint64_t want = from_back ? next | (end - n) << 32 : (next + n) | end << 32;
         if (__atomic_compare_exchange_n(&s->span, &cur, want, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
             *count = (int64_t)n;
@@ -283,6 +282,7 @@ static void set_share(share *shares, int64_t n, int me, int nt) {
 
 /* own share from the front, then the others' leftovers from their ends */
 static void steal_loop(share *shares, int64_t n, int me, int nt, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
+    pthread_once(&switches_once, read_switches); /* (sw_taper, for take) */
     const int64_t chunk = share_chunk(n, me, nt);
     int64_t first, count;
     while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
@@ -411,17 +411,22 @@ static int cpu_is_zen4(void) {
 #endif
 }
 
-/* The one-token products' switches, read from the environment once (each
- * product read three variables, every token, before): PLUMB_DOT8_WIDTH=256|512,
- * PLUMB_WEIGHT_RUNS=1..MAX_RUNS, PLUMB_WEIGHT_PREFETCH=0|1; 0, 0 and -1 where
- * unset or not one of those. */
+/* The products' switches, read from the environment once, by whichever
+ * thread gets there first (each one-token product read three variables,
+ * every token, before; the row-steal ones were read lazily with a data race):
+ * PLUMB_DOT8_WIDTH=256|512, PLUMB_WEIGHT_RUNS=1..MAX_RUNS,
+ * PLUMB_WEIGHT_PREFETCH=0|1 (0, 0 and -1 where unset or not one of those),
+ * PLUMB_ROW_STEAL=0 and PLUMB_STEAL_TAPER=0 (both on unless 0). */
 static pthread_once_t switches_once = PTHREAD_ONCE_INIT;
 static int sw_width, sw_runs, sw_prefetch = -1;
 static void read_switches(void) {
     const char *w = getenv("PLUMB_DOT8_WIDTH"), *r = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
+    const char *st = getenv("PLUMB_ROW_STEAL"), *tp = getenv("PLUMB_STEAL_TAPER");
     if (w && (!strcmp(w, "256") || !strcmp(w, "512"))) sw_width = atoi(w);
     if (r && atoi(r) >= 1 && atoi(r) <= MAX_RUNS) sw_runs = atoi(r);
     if (pf && (!strcmp(pf, "0") || !strcmp(pf, "1"))) sw_prefetch = pf[0] == '1';
+    sw_steal = !(st && !strcmp(st, "0"));
+    sw_taper = !(tp && !strcmp(tp, "0"));
 }
 void plumb_matmul_set_weight_runs(int runs) {
     pthread_once(&switches_once, read_switches);
