@@ -135,9 +135,6 @@ void plumb_matrix_free_mirrors(plumb_matrix *W);
 void plumb_matmul_set_thread_copy(int copy);
 /* single-token row loops: work stealing between threads (1, the default) or the static split (0) */
 void plumb_matmul_set_row_steal(int on);
-/* single-token products over repacked weights: runs a thread reads at once, 1..4, or 0 for the
- * CPU's choice (PLUMB_WEIGHT_RUNS, read at the first product, sets the same; this overrides it) */
-void plumb_matmul_set_weight_runs(int runs);
 
 /* Several matrices applied to the same input (q/k/v, gate/up): y[i] = x W[i]^T.
  * For a single token over repacked weights this is one parallel loop over

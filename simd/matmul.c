@@ -224,17 +224,23 @@ typedef struct {
     _Alignas(64) uint64_t span; /* next | end << 32 */
 } share;
 
-/* the environment's switches, read once (read_switches, below) */
-static pthread_once_t switches_once;
-static void read_switches(void);
-static int sw_steal = 1, sw_taper = 1;
-
+/* PLUMB_ROW_STEAL=0 and PLUMB_STEAL_TAPER=0 (both on unless 0), read from
+ * the environment once, by whichever thread gets there first (they were read
+ * lazily by every thread that found them unset, a data race). Unlike the
+ * one-token products' switches below, they are not meant for bench-ab. */
+static pthread_once_t steal_switches_once = PTHREAD_ONCE_INIT;
+static int sw_steal, sw_taper;
+static void read_steal_switches(void) {
+    const char *st = getenv("PLUMB_ROW_STEAL"), *tp = getenv("PLUMB_STEAL_TAPER");
+    sw_steal = !(st && !strcmp(st, "0"));
+    sw_taper = !(tp && !strcmp(tp, "0"));
+}
 void plumb_matmul_set_row_steal(int on) {
-    pthread_once(&switches_once, read_switches);
+    pthread_once(&steal_switches_once, read_steal_switches);
     sw_steal = on != 0;
 }
 static int steal_enabled(void) {
-    pthread_once(&switches_once, read_switches);
+    pthread_once(&steal_switches_once, read_steal_switches);
     return sw_steal;
 }
 
@@ -282,7 +288,7 @@ static void set_share(share *shares, int64_t n, int me, int nt) {
 
 /* own share from the front, then the others' leftovers from their ends */
 static void steal_loop(share *shares, int64_t n, int me, int nt, void (*body)(int64_t first, int64_t count, void *ctx), void *ctx) {
-    pthread_once(&switches_once, read_switches); /* (sw_taper, for take) */
+    pthread_once(&steal_switches_once, read_steal_switches); /* (sw_taper, for take) */
     const int64_t chunk = share_chunk(n, me, nt);
     int64_t first, count;
     while ((first = take(&shares[me], chunk, 0, &count)) >= 0) body(first, count, ctx);
@@ -411,28 +417,6 @@ static int cpu_is_zen4(void) {
 #endif
 }
 
-/* The products' switches, read from the environment once, by whichever
- * thread gets there first (each one-token product read three variables,
- * every token, before; the row-steal ones were read lazily with a data race):
- * PLUMB_DOT8_WIDTH=256|512, PLUMB_WEIGHT_RUNS=1..MAX_RUNS,
- * PLUMB_WEIGHT_PREFETCH=0|1 (0, 0 and -1 where unset or not one of those),
- * PLUMB_ROW_STEAL=0 and PLUMB_STEAL_TAPER=0 (both on unless 0). */
-static pthread_once_t switches_once = PTHREAD_ONCE_INIT;
-static int sw_width, sw_runs, sw_prefetch = -1;
-static void read_switches(void) {
-    const char *w = getenv("PLUMB_DOT8_WIDTH"), *r = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
-    const char *st = getenv("PLUMB_ROW_STEAL"), *tp = getenv("PLUMB_STEAL_TAPER");
-    if (w && (!strcmp(w, "256") || !strcmp(w, "512"))) sw_width = atoi(w);
-    if (r && atoi(r) >= 1 && atoi(r) <= MAX_RUNS) sw_runs = atoi(r);
-    if (pf && (!strcmp(pf, "0") || !strcmp(pf, "1"))) sw_prefetch = pf[0] == '1';
-    sw_steal = !(st && !strcmp(st, "0"));
-    sw_taper = !(tp && !strcmp(tp, "0"));
-}
-void plumb_matmul_set_weight_runs(int runs) {
-    pthread_once(&switches_once, read_switches);
-    sw_runs = runs >= 1 && runs <= MAX_RUNS ? runs : 0;
-}
-
 /* The one-token 8-row kernel: the table's dot8, or its 256-bit twin
  * (dot8_256) where this CPU streams the type faster through it. Zen 4 runs
  * 512-bit operations as two 256-bit halves; streamed from memory (a
@@ -440,12 +424,12 @@ void plumb_matmul_set_weight_runs(int runs) {
  * kernels, bench/results/s22-cpu) Q6_K read 19.5-20.2 GB/s through the
  * 512-bit kernel and 26.3-28.2 through the 256-bit one, while Q4_K (28 /
  * 29) and Q5_K (26 / 25) read alike, as did Q4_0 in decode (bench-ab
- * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, for
- * comparisons. */
+ * 0.997). PLUMB_DOT8_WIDTH=256|512 picks for every type with a twin, at
+ * each product, for comparisons. */
 static plumb_dot8_fn one_token_kernel(const plumb_kernels *k, uint32_t type) {
-    pthread_once(&switches_once, read_switches);
+    const char *e = getenv("PLUMB_DOT8_WIDTH");
     int narrow = cpu_is_zen4() && type == PLUMB_TYPE_Q6_K;
-    if (sw_width) narrow = sw_width == 256;
+    if (e && (!strcmp(e, "256") || !strcmp(e, "512"))) narrow = !strcmp(e, "256");
     return narrow && k->dot8_256[type] ? k->dot8_256[type] : k->dot8[type];
 }
 static int cpu_prefetches_weights(void) { return !cpu_is_zen4(); }
@@ -459,11 +443,11 @@ static int weight_runs(const plumb_kernels *k, uint32_t type, int threads) {
 
 static slicing slicing_for(const plumb_kernels *k, const plumb_matrix *W, int threads) {
     const plumb_type_traits *t = plumb_type_get(W->type);
-    pthread_once(&switches_once, read_switches);
-    plumb_weight_prefetch = sw_prefetch >= 0 ? sw_prefetch : cpu_prefetches_weights();
+    const char *e = getenv("PLUMB_WEIGHT_RUNS"), *pf = getenv("PLUMB_WEIGHT_PREFETCH");
+    plumb_weight_prefetch = pf && (!strcmp(pf, "0") || !strcmp(pf, "1")) ? pf[0] == '1' : cpu_prefetches_weights();
     const int runs = weight_runs(k, W->type, threads);
     slicing s = {.runs = runs ? runs : 1, .block_elems = t->block_size, .w_bytes = 8 * t->type_size};
-    if (sw_runs) s.runs = sw_runs;
+    if (e && atoi(e) >= 1 && atoi(e) <= MAX_RUNS) s.runs = atoi(e);
     if (s.runs > MAX_RUNS) s.runs = MAX_RUNS;
     s.blocks = W->cols / t->block_size;
     s.a_bytes = plumb_matmul_act_bytes(W->type, t->block_size, 1);

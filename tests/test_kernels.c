@@ -171,7 +171,7 @@ Test(kernels, repack_keeps_caller_memory) {
 }
 
 /* One token over repacked weights read as 1, 2, 3 or 4 runs at once
- * (plumb_matmul_set_weight_runs, as PLUMB_WEIGHT_RUNS): the same rows, up to the order of the float sums.
+ * (PLUMB_WEIGHT_RUNS): the same rows, up to the order of the float sums.
  * Row lengths give several slices with a short last one (Q8_0: 47 blocks in
  * slices of 15), and 11 groups leave groups over after the runs' halves. */
 Test(kernels, matmul_weight_runs_agree) {
@@ -196,13 +196,14 @@ Test(kernels, matmul_weight_runs_agree) {
         void *act = malloc(plumb_matmul_act_bytes(types[ti], cols, 1) + 64);
         float y[4][2][88], sw[4][88], scratch[88];
         for (int runs = 1; runs <= 4; runs++) {
-            plumb_matmul_set_weight_runs(runs);
+            char v[2] = {(char)('0' + runs), 0};
+            setenv("PLUMB_WEIGHT_RUNS", v, 1);
             const plumb_matrix *mp[2] = {&m[0], &m[1]};
             float *ys[2] = {y[runs - 1][0], y[runs - 1][1]};
             plumb_matmul_n(mp, 2, x, 1, ys, act, 0);
             plumb_matmul_swiglu(&m[0], &m[1], x, 1, sw[runs - 1], scratch, act, 0);
         }
-        plumb_matmul_set_weight_runs(0);
+        unsetenv("PLUMB_WEIGHT_RUNS");
         for (int runs = 2; runs <= 4; runs++)
             for (int r = 0; r < rows; r++) {
                 for (int i = 0; i < 2; i++) {
