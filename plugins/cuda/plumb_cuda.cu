@@ -191,7 +191,7 @@ struct handle {
     int att_prefetch;                          // the tensor-core attention prefetches its next 16 positions into L2 (PLUMB_CUDA_ATT_PREFETCH=1; default 0)
     int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
-    int rope_quads;                            // heads of 128 (Llama pairs): a thread 4 values (k_rope_kv_quads; PLUMB_CUDA_ROPE=quads)
+    int rope_quads;                            // a thread 4 values (k_rope_kv_quads; PLUMB_CUDA_ROPE=quads), where the heads suit it (load)
     int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
                                                // (cluster-all), 0 a block a row (row, the default)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by buffer, row length and token tile:
@@ -3591,7 +3591,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         /* Unset: the shape's profile (wide_model) */
         h->rope_pairs = rp ? strstr(rp, "pairs") != NULL : wide_model(d);
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
-        h->rope_quads = rp ? strstr(rp, "quads") != NULL : wide_model(d);
+        /* (quads: heads of 128 all turned, Llama's pairs; then q/k/v rows are whole float4s) */
+        h->rope_quads = (rp ? strstr(rp, "quads") != NULL : wide_model(d)) && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
         const char *sw = getenv("PLUMB_CUDA_SWIGLU");
         if (sw && strcmp(sw, "epilogue") && strcmp(sw, "kernel")) {
             snprintf(err, err_len, "PLUMB_CUDA_SWIGLU wants epilogue or kernel (a batch step's SwiGLU written by the gate/up GEMM where its "
@@ -4519,7 +4520,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
         const int ropes = other && attention_ropes(h, n);
         const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
-        if (other && !ropes && h->rope_quads && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128 && ldq % 4 == 0)
+        if (other && !ropes && h->rope_quads)
             launch(h, k_rope_kv_quads, dim3(n, (d->n_head + 2 * d->n_head_kv + 3) / 4), 128, 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
                    max_blocks, d->n_head, d->n_head_kv, h->k_pool, h->v_pool, l, h->kvg, take());
         else if (other && !ropes && h->rope_pairs) {
