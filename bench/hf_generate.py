@@ -74,18 +74,18 @@ def main():
         raise SystemExit("hf_generate.py: no CUDA device (it measures transformers on the GPU plumb is measured on)")
     if a.prompt < 1 or a.new < 2 or a.reps < 1:
         raise SystemExit("hf_generate.py: --prompt >= 1, --new >= 2 (decode tok/s is of the steps after the first) and --reps >= 1")
-    model = build(a.shape)
-    print(f"# transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {a.shape} fp16 eager, "
-          f"prompt {a.prompt}, new {a.new}, reps {a.reps}")
-    print("| shape | batch | generate tok/s | decode tok/s | peak VRAM MiB |")
-    print("|---|---:|---|---|---:|")
-    g = torch.Generator().manual_seed(1)
     try:
         batches = [int(x) for x in a.batch.split(",")]
     except ValueError:
         raise SystemExit(f"hf_generate.py: --batch takes sizes joined by commas, not {a.batch!r}")
     if min(batches) < 1:
         raise SystemExit("hf_generate.py: batch sizes are >= 1")
+    model = build(a.shape)
+    print(f"# transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {a.shape} fp16 eager, "
+          f"prompt {a.prompt}, new {a.new}, reps {a.reps}")
+    print("| shape | batch | generate tok/s | decode tok/s | peak VRAM MiB |")
+    print("|---|---:|---|---|---:|")
+    g = torch.Generator().manual_seed(1)
     for b in batches:
         ids = torch.randint(3, SHAPES[a.shape]["vocab_size"], (b, a.prompt), generator=g).cuda()
         timed(model, ids, 2)  # warm-up
