@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/hf_generate.py — the Hugging Face transformers baseline of issue 7,
 measured on the card plumb runs on: eager-attention fp16 `generate`, greedy,
-on a random-weight model of a real shape (speed does not depend on the
-weights' values), built on the GPU without a download.
+on a random-weight model of the shape of a Llama GGUF plumb measures (read
+from `plumb info`, so it is the same shape as plumb's run; speed does not
+depend on the weights' values), built on the GPU without a download.
 
 For each batch size it times `generate` of --new tokens after a --prompt-token
 prompt (every sequence the same length, EOS suppressed so all run to the end)
@@ -12,11 +13,14 @@ and of 1 token (the prefill and its first token), --reps times each, and prints
                    after the first, comparable to plumb bench's decode tok/s
 as the median with [min-max] of the reps, and one JSON line a batch size.
 
-  python3 bench/hf_generate.py --shape llama2-7b --batch 1,64 --prompt 128 --new 32 --reps 3
+  python3 bench/hf_generate.py --model models-cache/llama2-7b-q4_0.gguf --batch 1,64 --prompt 128 --new 32 --reps 3
 """
 import argparse
 import json
+import os
+import re
 import statistics
+import subprocess
 import time
 
 try:
@@ -26,16 +30,34 @@ try:
 except ImportError as e:  # a machine without them: say so, not a traceback
     raise SystemExit(f"hf_generate.py: needs PyTorch and transformers ({e})")
 
-SHAPES = {  # as plumb mkmodel --shape makes them
-    "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
-                      vocab_size=32000, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=4096),
-    "tinyllama-1.1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
-                           vocab_size=32000, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=2048),
-}
+def gguf_shape(plumb, path):
+    """LlamaConfig arguments of a Llama GGUF, from its metadata as `plumb info` prints it"""
+    try:
+        text = subprocess.run([plumb, "info", path, "--all-tensors"], check=True, capture_output=True, text=True).stdout
+    except OSError as e:
+        raise SystemExit(f"hf_generate.py: cannot run {plumb} ({e}); --plumb names the binary")
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"hf_generate.py: {plumb} info {path}: {e.stderr.strip() or f'exit status {e.returncode}'}")
+    meta = dict(m.groups() for m in re.finditer(r"^  (\S+)\s+(.+)$", text, re.M))
+    arch = meta.get("general.architecture", "").strip('"')
+    vocab = re.search(r"^tokenizer:.*?(\d+) tokens", text, re.M)
+    if arch != "llama" or not vocab:
+        raise SystemExit(f"hf_generate.py: {path} is not a Llama model with a vocabulary (architecture {arch or 'unknown'})")
+    try:
+        cfg = dict(hidden_size=int(meta["llama.embedding_length"]), intermediate_size=int(meta["llama.feed_forward_length"]),
+                   num_hidden_layers=int(meta["llama.block_count"]), num_attention_heads=int(meta["llama.attention.head_count"]),
+                   num_key_value_heads=int(meta.get("llama.attention.head_count_kv", meta["llama.attention.head_count"])),
+                   vocab_size=int(vocab.group(1)), rms_norm_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", "1e-5")),
+                   rope_theta=float(meta.get("llama.rope.freq_base", "10000")),
+                   max_position_embeddings=int(meta.get("llama.context_length", "2048")))
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"hf_generate.py: {path}: no usable {e} in its metadata")
+    cfg["tie_word_embeddings"] = not re.search(r"^  output\.weight\s", text, re.M)
+    return cfg
 
 
 def build(shape):
-    cfg = LlamaConfig(**SHAPES[shape], bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    cfg = LlamaConfig(**shape, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     prev = torch.get_default_dtype()
@@ -64,7 +86,8 @@ def timed(model, ids, new):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="llama2-7b", choices=sorted(SHAPES))
+    ap.add_argument("--model", required=True, help="the Llama GGUF plumb measures (its shape; the weights are not read)")
+    ap.add_argument("--plumb", default="./plumb", help="the plumb binary whose `info` reads the shape")
     ap.add_argument("--batch", default="1,64")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
@@ -80,14 +103,16 @@ def main():
         raise SystemExit(f"hf_generate.py: --batch takes sizes joined by commas, not {a.batch!r}")
     if min(batches) < 1:
         raise SystemExit("hf_generate.py: batch sizes are >= 1")
-    model = build(a.shape)
-    print(f"# transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {a.shape} fp16 eager, "
+    shape = gguf_shape(a.plumb, a.model)
+    name = os.path.basename(a.model)
+    model = build(shape)
+    print(f"# transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {name}'s shape fp16 eager, "
           f"prompt {a.prompt}, new {a.new}, reps {a.reps}")
-    print("| shape | batch | generate tok/s | decode tok/s | peak VRAM MiB |")
+    print("| model | batch | generate tok/s | decode tok/s | peak VRAM MiB |")
     print("|---|---:|---|---|---:|")
     g = torch.Generator().manual_seed(1)
     for b in batches:
-        ids = torch.randint(3, SHAPES[a.shape]["vocab_size"], (b, a.prompt), generator=g).cuda()
+        ids = torch.randint(3, shape["vocab_size"], (b, a.prompt), generator=g).cuda()
         timed(model, ids, 2)  # warm-up
         torch.cuda.reset_peak_memory_stats()
         full, first = [], []
@@ -98,8 +123,8 @@ def main():
         dec = [b * (a.new - 1) / (f - p) for f, p in zip(full, first)]
         vram = torch.cuda.max_memory_allocated() / 2**20
         fmt = lambda v: f"{statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]"
-        print(f"| {a.shape} | {b} | {fmt(gen)} | {fmt(dec)} | {vram:.0f} |")
-        print(json.dumps(dict(shape=a.shape, batch=b, prompt=a.prompt, new=a.new, generate_tok_s=gen, decode_tok_s=dec,
+        print(f"| {name} | {b} | {fmt(gen)} | {fmt(dec)} | {vram:.0f} |")
+        print(json.dumps(dict(model=a.model, shape=shape, batch=b, prompt=a.prompt, new=a.new, generate_tok_s=gen, decode_tok_s=dec,
                               generate_s=full, first_token_s=first, peak_vram_mib=vram, device=torch.cuda.get_device_name(0),
                               transformers=transformers.__version__, torch=torch.__version__)))
 
