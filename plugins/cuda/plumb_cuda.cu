@@ -158,7 +158,6 @@ struct handle {
     __half *swiglu_out;      // set around a gate/up product that may write its SwiGLU there (k_gemm_wt's SWIGLU) ...
     int swiglu_done;         // ... and whether it did (then no k_make_act)
     int swiglu_epi;          // PLUMB_CUDA_SWIGLU=epilogue (default) or kernel (k_make_act after every gate/up product)
-    int gu_split;            // PLUMB_CUDA_GU_SPLIT: SwiGLU gate/up tiles split in k between two blocks (gu_split_tiles): N, -1 auto, 0 none
     int *meta;    // pos[max_batch], seq[max_batch], rows_out[max_batch], table[n_seq_max * n_kv_blocks]
     void *blas_ws;
     __half *deq;       // Q4_K matrices dequantized to F16 for a batch product (the largest one's size), or NULL
@@ -1742,33 +1741,6 @@ __device__ __forceinline__ void wg_swiglu_out(float (&acc)[BN / 2], float *tile,
     }
 }
 
-// The two halves of k of a split gate/up tile (k_gemm_wt's SWIGLU past
-// `whole`): each block's sums into its half's slot of work ([half][sum]
-// [thread], coalesced), then the block that finishes second adds the other's
-// (a + b: the same bits whichever half finishes first), resets the tile's
-// counter for the next product and goes on to the SwiGLU; the first returns
-// false. (Blocks of one launch only meet here: no block waits for another.)
-template <int THREADS, int R>
-__device__ __forceinline__ bool gu_pair_sum(float (&acc)[R], float *work, unsigned *cnt, int half) {
-    __shared__ int second;
-    wg_wait<0>();
-    wg_hold(acc);
-#pragma unroll
-    for (int i = 0; i < R; i++) __stcg(work + ((size_t)half * R + i) * THREADS + threadIdx.x, acc[i]);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        second = atomicAdd(cnt, 1u) == 1;
-        if (second) *cnt = 0;
-    }
-    __syncthreads();
-    if (!second) return false;
-    __threadfence();
-#pragma unroll
-    for (int i = 0; i < R; i++) acc[i] += __ldcg(work + ((size_t)(1 - half) * R + i) * THREADS + threadIdx.x);
-    return true;
-}
-
 // SWIGLU: W stacks [gate; up] (rows = 2 ff, ff = up_at) and the block takes
 // gate rows r0 .. r0 + BM / 2 in its first warpgroups and the same rows of up
 // in the others; instead of the sums it writes silu(gate) x up as the next
@@ -1777,15 +1749,10 @@ __device__ __forceinline__ bool gu_pair_sum(float (&acc)[R], float *work, unsign
 // (PLUMB_CUDA_SWIGLU=epilogue, the default: 7B Q4_0 batch 64 on an H100
 // 11681 / 11707 -> 11873 / 11869 tok/s, bench/results/gpu/v22; the logits
 // agree with k_make_act's to every printed digit of perplexity --kl).
-// Its tiles from `whole` on are split in k between two blocks (gu_pair_sum;
-// PLUMB_CUDA_GU_SPLIT, gu_split_tiles), for grids of a little more than a
-// block a multiprocessor: 7B's 172 tiles of 128 rows put two blocks on 40 of
-// the H100/H200's 132 multiprocessors and one on the rest.
 template <int TYPE, int WG, int BN, int NB, int FR, int MB, bool SWIGLU>
 __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                                                         const __half *__restrict__ wd, int dstride, int rows, int k, int n, float *C, int ldc,
-                                                        int accumulate, int chunks_per_split, float *partial, __half *act, int up_at, int whole,
-                                                        unsigned *tile_count) {
+                                                        int accumulate, int chunks_per_split, float *partial, __half *act, int up_at) {
 #ifdef HAVE_WGMMA
     typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> L;
     static_assert(FR >= 2 && FR <= NB && NB % FR == 0, "fragment buffers: a slice's blocks cycle through them; slice c - 2's groups done by slice c");
@@ -1793,13 +1760,9 @@ __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant_
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const wt_pipe<TYPE, WG, BN, NB, MB> pipe = wt_pipe_at<TYPE, WG, BN, NB, MB>(smem_raw, &wmap, &amap, wd, dstride, rows, SWIGLU ? up_at : 0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    // SWIGLU: blocks from `whole` on take half of a tile's k each (gu_pair_sum adds the halves)
-    int tile = blockIdx.x, half = -1;
-    if (SWIGLU && (int)blockIdx.x >= whole) tile = whole + (((int)blockIdx.x - whole) >> 1), half = ((int)blockIdx.x - whole) & 1;
-    const int r0 = tile * (SWIGLU ? L::BM / 2 : L::BM), t0 = blockIdx.y * BN;
-    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB, first_half = (chunks + 1) / 2;
-    const int c_begin = half < 0 ? blockIdx.z * chunks_per_split : half ? first_half : 0;
-    const int count = (half < 0 ? min(chunks, c_begin + chunks_per_split) : half ? chunks : first_half) - c_begin;
+    const int r0 = blockIdx.x * (SWIGLU ? L::BM / 2 : L::BM), t0 = blockIdx.y * BN;
+    const int nkb = k / QK, chunks = (nkb + NB - 1) / NB;
+    const int c_begin = blockIdx.z * chunks_per_split, count = min(chunks, c_begin + chunks_per_split) - c_begin;
     auto at = [&](int i) { return make_int3(c_begin + i, r0, t0); }; // slice i: chunk c_begin + i of this block's tile
     pipe.init();
     pipe.start(count, at);
@@ -1810,13 +1773,8 @@ __global__ void __launch_bounds__(128 * WG, MB) k_gemm_wt(const __grid_constant_
     for (int i = 0; i < BN / 2; i++) acc[i] = 0;
     wg_hold(acc);
     for (int i = 0; i < count; i++) pipe.template step<FR>(acc, i, count, at, wrow, tq);
-    if constexpr (SWIGLU) {
-        if (half >= 0) {
-            const int pair = (int)blockIdx.y * (((int)gridDim.x - whole) / 2) + tile - whole; // (split tiles a token tile: (gridDim.x - whole) / 2)
-            if (!gu_pair_sum<L::THREADS>(acc, partial + (size_t)pair * 2 * (BN / 2) * L::THREADS, tile_count + pair, half)) return;
-        }
-        wg_swiglu_out<L::BM, BN, L::THREADS>(acc, (float *)pipe.smem, r0, wrow, t0, tq, n, up_at, act);
-    } else wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
+    if constexpr (SWIGLU) wg_swiglu_out<L::BM, BN, L::THREADS>(acc, (float *)pipe.smem, r0, wrow, t0, tq, n, up_at, act);
+    else wg_store<BN>(acc, r0, wrow, t0, tq, rows, n, C, ldc, accumulate, partial);
 #endif
 }
 
@@ -3642,13 +3600,6 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
             goto fail;
         }
         h->swiglu_epi = !(sw && !strcmp(sw, "kernel"));
-        const char *gus = getenv("PLUMB_CUDA_GU_SPLIT");
-        if (gus && strcmp(gus, "auto") && (sscanf(gus, "%d", &h->gu_split) != 1 || h->gu_split < 0 || h->gu_split > 4096)) {
-            snprintf(err, err_len, "PLUMB_CUDA_GU_SPLIT wants auto or a count from 0 to 4096 (gate/up tiles whose SwiGLU product two blocks "
-                                   "share, half of k each)");
-            goto fail;
-        }
-        h->gu_split = !gus ? 0 : !strcmp(gus, "auto") ? -1 : h->gu_split;
         const char *nm = getenv("PLUMB_CUDA_NORM");
         if (nm && strcmp(nm, "cluster") && strcmp(nm, "cluster-all") && strcmp(nm, "row")) {
             snprintf(err, err_len, "PLUMB_CUDA_NORM wants cluster, cluster-all or row (RMS norms by %d-block clusters a row in batch steps, in "
@@ -4165,23 +4116,6 @@ static int split_k_wg(const handle *h, int blocks, int occ, int chunks, int n, i
     return (chunks + *cps - 1) / *cps;
 }
 
-/* Tiles of a SwiGLU gate/up product (`tiles` a token tile, `mb` blocks a
- * multiprocessor) that k_gemm_wt splits in k between two blocks: the last
- * tiles - num_sms, where the grid has more tiles than multiprocessors but
- * not so many that the halves outgrow a wave (PLUMB_CUDA_GU_SPLIT=auto), a
- * given count (=N), or none (unset or 0). The idea: the issue-bound kernel
- * runs a block about as fast alone on a multiprocessor as two together, so
- * 172 whole tiles on 132 multiprocessors take two tile-times on the 40 that
- * hold two; with the 40 last ones halved, one and a half. Every pair needs
- * a counter and `sums` floats for each half in the split-K partials. */
-static int gu_split_tiles(const handle *h, int tiles, int tok_blocks, int chunks, int mb, int sums) {
-    if (!h->gu_split || chunks < 2) return 0;
-    int split = h->gu_split > 0 ? h->gu_split : tok_blocks == 1 && tiles > h->num_sms && 2 * tiles - h->num_sms <= mb * h->num_sms ? tiles - h->num_sms : 0;
-    if (split > tiles) split = tiles;
-    while (split > 0 && ((size_t)split * tok_blocks > TILE_COUNTERS || (size_t)split * tok_blocks * 2 * sums > h->partial_elems)) split--;
-    return split;
-}
-
 template <int TYPE, int WG, int BN, int NB, int FR, int MB>
 static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy, int accumulate) {
     typedef gemm_wg_smem<TYPE, WG, BN, NB> L;
@@ -4202,16 +4136,14 @@ static void launch_gemm_wg_t(handle *h, const dmat *W, int n, float *y, int ldy,
             typedef gemm_wt_smem<TYPE, WG, BN, NB, MB> T;
             if constexpr (WG % 2 == 0) /* a stacked gate/up product whose sums are whole: its SwiGLU in the epilogue */
                 if (h->swiglu_out && splits == 1 && W->rows % 2 == 0) {
-                    const int tiles = (int)grid((size_t)W->rows / 2, T::BM / 2);
-                    const int split = gu_split_tiles(h, tiles, tok_blocks, (W->cols / QK + NB - 1) / NB, MB, T::THREADS * (BN / 2));
-                    launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, dim3((unsigned)(tiles + split), tok_blocks, 1), T::THREADS, T::BYTES, *W->wmap,
-                           *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, h->partial, h->swiglu_out, W->rows / 2, tiles - split,
-                           h->tile_count);
+                    launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, true>, dim3((unsigned)grid((size_t)W->rows / 2, T::BM / 2), tok_blocks, 1), T::THREADS,
+                           T::BYTES, *W->wmap, *am, W->d, W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, (float *)NULL, h->swiglu_out,
+                           W->rows / 2);
                     h->swiglu_done = 1;
                     return;
                 }
             launch(h, k_gemm_wt<TYPE, WG, BN, NB, FR, MB, false>, dim3(row_blocks, tok_blocks, splits), T::THREADS, T::BYTES, *W->wmap, *am, W->d,
-                   W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (__half *)NULL, 0, 0, (unsigned *)NULL);
+                   W->dstride, W->rows, W->cols, n, y, ldy, accumulate, cps, splits > 1 ? h->partial : NULL, (__half *)NULL, 0);
             if (splits > 1) finish_splits(h, splits, n, W->rows, y, ldy, accumulate);
             return;
         }
