@@ -18,7 +18,6 @@ as the median with [min-max] of the reps, and one JSON line a batch size.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import time
@@ -31,28 +30,29 @@ except ImportError as e:  # a machine without them: say so, not a traceback
     raise SystemExit(f"hf_generate.py: needs PyTorch and transformers ({e})")
 
 def gguf_shape(plumb, path):
-    """LlamaConfig arguments of a Llama GGUF, from its metadata as `plumb info` prints it"""
+    """LlamaConfig arguments of a Llama GGUF, from its metadata as `plumb info --json` gives it"""
     try:
-        text = subprocess.run([plumb, "info", path, "--all-tensors"], check=True, capture_output=True, text=True).stdout
+        info = json.loads(subprocess.run([plumb, "info", path, "--json"], check=True, capture_output=True, text=True).stdout)
     except OSError as e:
         raise SystemExit(f"hf_generate.py: cannot run {plumb} ({e}); --plumb names the binary")
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"hf_generate.py: {plumb} info {path}: {e.stderr.strip() or f'exit status {e.returncode}'}")
-    meta = dict(m.groups() for m in re.finditer(r"^  (\S+)\s+(.+)$", text, re.M))
-    arch = meta.get("general.architecture", "").strip('"')
-    vocab = re.search(r"^tokenizer:.*?(\d+) tokens", text, re.M)
-    if arch != "llama" or not vocab:
-        raise SystemExit(f"hf_generate.py: {path} is not a Llama model with a vocabulary (architecture {arch or 'unknown'})")
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"hf_generate.py: {plumb} info --json gave no JSON ({e}); a plumb built before --json?")
+    meta, tok = info["metadata"], info.get("tokenizer")
+    if info.get("architecture") != "llama" or not tok:
+        raise SystemExit(f"hf_generate.py: {path} is not a Llama model with a vocabulary (architecture {info.get('architecture') or 'unknown'})")
     try:
+        heads = int(meta["llama.attention.head_count"])
         cfg = dict(hidden_size=int(meta["llama.embedding_length"]), intermediate_size=int(meta["llama.feed_forward_length"]),
-                   num_hidden_layers=int(meta["llama.block_count"]), num_attention_heads=int(meta["llama.attention.head_count"]),
-                   num_key_value_heads=int(meta.get("llama.attention.head_count_kv", meta["llama.attention.head_count"])),
-                   vocab_size=int(vocab.group(1)), rms_norm_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", "1e-5")),
-                   rope_theta=float(meta.get("llama.rope.freq_base", "10000")),
-                   max_position_embeddings=int(meta.get("llama.context_length", "2048")))
-    except (KeyError, ValueError) as e:
+                   num_hidden_layers=int(meta["llama.block_count"]), num_attention_heads=heads,
+                   num_key_value_heads=int(meta.get("llama.attention.head_count_kv", heads)),
+                   vocab_size=int(tok["tokens"]), rms_norm_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+                   rope_theta=float(meta.get("llama.rope.freq_base", 10000)),
+                   max_position_embeddings=int(meta.get("llama.context_length", 2048)))
+    except (KeyError, TypeError, ValueError) as e:
         raise SystemExit(f"hf_generate.py: {path}: no usable {e} in its metadata")
-    cfg["tie_word_embeddings"] = not re.search(r"^  output\.weight\s", text, re.M)
+    cfg["tie_word_embeddings"] = not any(t["name"] == "output.weight" for t in info["tensors"])
     return cfg
 
 

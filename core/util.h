@@ -107,6 +107,11 @@ static inline float plumb_rng_f32(plumb_rng *r) { /* [0,1) */
 
 
 
+/* A NUL-terminated copy of n bytes that is valid UTF-8 (each invalid byte
+ * becomes U+FFFD), for JSON, whose strings must be; malloc'd (free it), NULL
+ * when out of memory. */
+char *plumb_utf8_clean(const char *p, size_t n);
+
 /* SHA-256 (OpenSSL libcrypto) as 64 hex digits + NUL. The incremental form
  * hashes data given in pieces (a file, or a model's tensors). */
 typedef struct plumb_sha256_ctx plumb_sha256_ctx;

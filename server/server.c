@@ -78,33 +78,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, server *s, int statu
 }
 #define BAD_REQUEST(param, ...) send_error(conn, s, 400, "invalid_request_error", NULL, param, __VA_ARGS__)
 
-/* Valid UTF-8 copy of bytes (invalid sequences become U+FFFD), for JSON. */
-static char *utf8_clean(const char *p, size_t n) {
-    char *o = malloc(n * 3 + 1);
-    size_t k = 0;
-    if (!o) return NULL;
-    for (size_t i = 0; i < n;) {
-        const uint8_t c = (uint8_t)p[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        int ok = len > 0 && i + len <= n && !(len == 2 && c < 0xC2);
-        for (size_t j = 1; ok && j < len; j++) ok = ((uint8_t)p[i + j] & 0xC0) == 0x80;
-        if (ok && len == 3) {
-            const uint32_t cp = ((c & 0x0Fu) << 12) | (((uint8_t)p[i + 1] & 0x3Fu) << 6) | ((uint8_t)p[i + 2] & 0x3Fu);
-            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
-        }
-        if (ok && len == 4) {
-            const uint32_t cp = ((c & 0x07u) << 18) | (((uint8_t)p[i + 1] & 0x3Fu) << 12) | (((uint8_t)p[i + 2] & 0x3Fu) << 6) | ((uint8_t)p[i + 3] & 0x3Fu);
-            ok = cp >= 0x10000 && cp <= 0x10FFFF;
-        }
-        if (ok) { memcpy(o + k, p + i, len); k += len; i += len; }
-        else { memcpy(o + k, "\xef\xbf\xbd", 3); k += 3; i++; }
-    }
-    o[k] = 0;
-    return o;
-}
-
 static json_t *json_text(const char *p, size_t n) {
-    char *c = utf8_clean(p, n);
+    char *c = plumb_utf8_clean(p, n);
     json_t *j = c ? json_string(c) : json_string("");
     free(c);
     return j;

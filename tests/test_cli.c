@@ -1,6 +1,10 @@
 /* The plumb binary as a user meets it: exit codes and messages for bad
  * input, and the main commands end to end. PLUMB_BIN names the binary. */
+#include <jansson.h>
 #include <sys/wait.h>
+
+#include "../core/gguf.h"
+#include "../quant/quant.h"
 
 #include "helpers.h"
 
@@ -92,6 +96,81 @@ Test(cli, mkmodel_quantize_info_run) {
     done(&r);
     remove(m);
     remove(q);
+}
+
+/* plumb info --json: a file with a string that is not UTF-8, a metadata
+ * array, a tokenizer array (its length unless --all-keys) and two tensors */
+Test(cli, info_json) {
+    char path[512], args[700];
+    snprintf(path, sizeof path, "%s", tmp_path("cli-info.gguf"));
+    gguf_writer *w = gguf_writer_new();
+    gguf_w_str(w, "general.architecture", "llama");
+    gguf_w_str(w, "general.name", "bad\xff byte");
+    gguf_w_u32(w, "llama.block_count", 3);
+    const float fs[] = {0.5f, 2.0f};
+    gguf_w_arr_f32(w, "test.factors", fs, 2);
+    const char *toks[] = {"<unk>", "a", "b"};
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    const int64_t ne_a[2] = {32, 2}, ne_b[1] = {8};
+    gguf_w_tensor(w, "a.weight", PLUMB_TYPE_Q8_0, 2, ne_a);
+    gguf_w_tensor(w, "b.weight", PLUMB_TYPE_F32, 1, ne_b);
+    FILE *fp = fopen(path, "wb");
+    cr_assert_not_null(fp);
+    const uint8_t q[68] = {1};
+    const float b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cr_assert_eq(gguf_w_begin(w, fp), 0);
+    cr_assert_eq(gguf_w_tensor_data(w, fp, q, sizeof q), 0);
+    cr_assert_eq(gguf_w_tensor_data(w, fp, b, sizeof b), 0);
+    cr_assert_eq(gguf_w_finish(w), 0);
+    fclose(fp);
+    gguf_writer_free(w);
+
+    snprintf(args, sizeof args, "info %s --json", path);
+    cmd_result r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "not JSON (%s): %s", je.text, r.out);
+    json_t *meta = json_object_get(j, "metadata"), *tensors = json_object_get(j, "tensors");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "architecture")), "llama");
+    cr_expect_str_eq(json_string_value(json_object_get(meta, "general.name")), "bad\xef\xbf\xbd byte");
+    cr_expect_eq(json_integer_value(json_object_get(meta, "llama.block_count")), 3);
+    cr_expect_eq(json_array_size(json_object_get(meta, "test.factors")), 2);
+    cr_expect_float_eq(json_real_value(json_array_get(json_object_get(meta, "test.factors"), 1)), 2.0, 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(meta, "tokenizer.ggml.tokens"), "length")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "tokenizer"), "tokens")), 3);
+    cr_assert_eq(json_array_size(tensors), 2);
+    json_t *t0 = json_array_get(tensors, 0);
+    cr_expect_str_eq(json_string_value(json_object_get(t0, "name")), "a.weight");
+    cr_expect_str_eq(json_string_value(json_object_get(t0, "type")), "Q8_0");
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(t0, "shape"), 0)), 32);
+    cr_expect_eq(json_integer_value(json_object_get(t0, "bytes")), 68);
+    cr_expect_eq(json_integer_value(json_object_get(j, "parameters")), 72);
+    cr_expect_eq(json_integer_value(json_object_get(j, "tensor_bytes")), 100);
+    json_decref(j);
+    done(&r);
+
+    snprintf(args, sizeof args, "info %s --json --all-keys --hash", path);
+    r = run(args);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    j = json_loads(r.out, 0, &je);
+    cr_assert_not_null(j, "not JSON (%s): %s", je.text, r.out);
+    json_t *tok = json_object_get(json_object_get(j, "metadata"), "tokenizer.ggml.tokens");
+    cr_expect_eq(json_array_size(tok), 3);
+    cr_expect_str_eq(json_string_value(json_array_get(tok, 1)), "a");
+    const char *all = json_string_value(json_object_get(j, "tensor_data_sha256"));
+    cr_assert(all && strlen(all) == 64, "%s", r.out);
+    cr_expect(json_string_value(json_object_get(json_array_get(json_object_get(j, "tensors"), 1), "sha256")) != NULL);
+    char want[80];
+    snprintf(want, sizeof want, "%s  all tensor data", all);
+    json_decref(j);
+    done(&r);
+    snprintf(args, sizeof args, "info %s --hash", path); /* the text form's total is the same hash */
+    r = run(args);
+    cr_expect(strstr(r.out, want) != NULL, "%s", r.out);
+    done(&r);
+    EXPECT_FAILS("info --topology --json", 1, "no JSON form");
+    remove(path);
 }
 
 /* ---- bench, compare, perplexity ---- */
