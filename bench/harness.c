@@ -38,13 +38,26 @@ typedef struct {
     double *itl; /* where the next step's time goes (NULL: a warm-up rep) */
     double t_prev;
     int steps;
+    int n;          /* sequences: picks a step */
+    uint64_t *hash; /* the rep's picks hash */
 } itl_clock;
+
+/* the picks of one step (n sequences) into an FNV-1a hash */
+static void hash_picks(uint64_t *h, const plumb_token *picks, int n) {
+    for (int s = 0; s < n; s++) {
+        const uint32_t v = (uint32_t)picks[s];
+        for (int b = 0; b < 4; b++) *h = (*h ^ ((v >> (8 * b)) & 0xFF)) * 0x100000001b3ull;
+    }
+}
+#define PICKS_HASH_START 0xcbf29ce484222325ull
+
 static int itl_step(void *user, int step, const plumb_token *picks) {
     itl_clock *ck = user;
     const double t = plumb_time_s();
     if (ck->itl) ck->itl[ck->steps] = (t - ck->t_prev) * 1e3;
     ck->steps++;
     ck->t_prev = t;
+    hash_picks(ck->hash, picks, ck->n);
     return 0;
 }
 
@@ -78,6 +91,8 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
     bench_prompt(m, P, prompt);
     double measured_s = 0, in_decode_s = 0, in_pick_s = 0;
     long n_steps = 0, n_picks = 0, picks_differ = 0;
+    uint64_t first_hash = 0;
+    int picks_stable = 1;
     const int step_report = getenv("PLUMB_BENCH_STEPS") != NULL, nv = plumb_n_vocab(m);
     for (int r = 0; r < total && !rc; r++) {
         const int measured = r >= cfg->warmup;
@@ -100,9 +115,11 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
         double t1 = plumb_time_s();
         if (plumb_batch_argmax(c, 0, B, cur)) { rc = -1; break; }
         double t_first = plumb_time_s(), t_prev = t_first, checking_s = 0;
+        uint64_t hash = PICKS_HASH_START;
+        hash_picks(&hash, cur, B);
         if (!step_report) { /* the G steps as one greedy run: chained on the GPU when it holds the model */
             for (int s = 0; s < B; s++) pos[s] = P;
-            itl_clock ck = {measured ? itl + n_itl : NULL, t_first, 0};
+            itl_clock ck = {measured ? itl + n_itl : NULL, t_first, 0, B, &hash};
             const int got = plumb_decode_greedy(c, B, cur, pos, ids, G, itl_step, &ck);
             if (got < 0) { rc = -1; break; }
             if (got != G) { rc = plumb_set_error("greedy decode stopped after %d of %d steps", got, G); break; }
@@ -123,6 +140,7 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
             /* greedy picks: the GPU's when it has the head, else one sequence per thread */
             if (plumb_batch_argmax(c, 0, B, cur)) { rc = -1; break; }
             double t = plumb_time_s();
+            hash_picks(&hash, cur, B);
             if (measured) {
                 itl[n_itl++] = (t - t_prev) * 1e3;
                 in_decode_s += tp - td;
@@ -137,6 +155,8 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
             t_prev = tc;
         }
         if (rc) break;
+        if (r == 0) first_hash = hash;
+        else picks_stable &= hash == first_hash;
         pre[r] = (double)B * P / (t1 - t0);
         ttft[r] = (t_first - t0) * 1e3;
         dec[r] = (double)B * G / (t_prev - t_first - checking_s);
@@ -161,6 +181,8 @@ int bench_run(plumb_model *m, const bench_config *cfg, bench_result *out) {
                     out->itl_ms.mean - 1e3 * (in_decode_s + in_pick_s) / n_steps, picks_differ, n_picks);
         out->gpu_peak_mib = (double)plumb_ctx_gpu_peak_bytes(c) / 1048576.0;
         out->greedy_chained = plumb_ctx_greedy_chained(c);
+        out->picks_hash = first_hash;
+        out->picks_stable = picks_stable;
         snprintf(out->gpu_status, sizeof out->gpu_status, "%s", plumb_ctx_gpu_status(c)); /* now with how the greedy steps ran */
     }
 out:

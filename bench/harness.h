@@ -23,6 +23,9 @@ typedef struct {
     int gpu_layers;         /* layers that really ran on the GPU */
     double gpu_peak_mib;
     int greedy_chained;     /* decode steps ran as a greedy chain on the GPU (plumb_decode_greedy) */
+    uint64_t picks_hash;    /* FNV-1a of the first rep's greedy picks (after the prompt, then each step, sequence by sequence):
+                             * two runs with equal hashes generated the same tokens */
+    int picks_stable;       /* every rep picked the same tokens as the first */
     char gpu_status[512];
 } bench_result;
 

@@ -344,6 +344,12 @@ int cmd_bench(int argc, char **argv) {
                                             "requests", r.reps * batches[bi], "prompt_tokens", r.n_prompt, "max_output_tokens", r.n_gen,
                                             "generated_tokens", (json_int_t)r.generated_tokens, "total_time_s", r.total_s);
                     json_object_set_new(run, "gpu_layers", json_integer(r.gpu_layers));
+                    char picks_s[24];
+                    snprintf(picks_s, sizeof picks_s, "%016llx", (unsigned long long)r.picks_hash);
+                    json_object_set_new(run, "greedy_picks_fnv1a", json_string(picks_s));
+                    json_object_set_new(run, "greedy_picks_same_every_rep", json_boolean(r.picks_stable));
+                    fprintf(stderr, "bench: %s %s %s batch %d prompt %d: greedy picks fnv1a %s (%s)\n", v->source, v->type, be, batches[bi], prompts[pi],
+                            picks_s, r.picks_stable ? "the same in every rep" : "REPS DIFFER");
                     if (cuda) json_object_set_new(run, "gpu", json_string(r.gpu_status));
                     /* how the decode steps ran: a condition of the run like the backend (see plumb_decode_greedy) */
                     json_object_set_new(run, "decode_loop", json_string(r.greedy_chained ? "greedy chain on the GPU" : "step by step"));

@@ -196,9 +196,24 @@ Test(cli, bench_record_and_compare) {
                             "\"threads\": 1", "\"concurrency\": 1", "\"requests\": 2", "\"input_token_range\"", "\"max_output_tokens\": 8",
                             "\"generated_tokens\": 16", "\"total_time_s\"", "\"p99\"", "\"peak_rss_mib\"", "\"read_bandwidth_gbs\"",
                             "\"decode_limit_tps\"", "\"command\"", "\"paired_limit\"", "\"fraction_of_limit\"",
-                            "\"compute_peak\"", "\"int8_gmacs\"", "\"layer_macs_per_token\"", "\"prefill_fraction_of_peak\""};
+                            "\"compute_peak\"", "\"int8_gmacs\"", "\"layer_macs_per_token\"", "\"prefill_fraction_of_peak\"",
+                            "\"greedy_picks_same_every_rep\": true"};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) cr_expect(strstr(json, fields[i]) != NULL, "record lacks %s", fields[i]);
+    /* the greedy picks' hash: the same when the decode loop runs step by step (PLUMB_BENCH_STEPS) */
+    const char *hk = strstr(json, "\"greedy_picks_fnv1a\": \"");
+    cr_assert_not_null(hk, "record lacks greedy_picks_fnv1a");
+    char hash[17] = "";
+    memcpy(hash, hk + strlen("\"greedy_picks_fnv1a\": \""), 16);
     free(json);
+    setenv("PLUMB_BENCH_STEPS", "1", 1);
+    snprintf(args, sizeof args, "bench -m %s -t 1 -p 16 -n 8 --reps 1 --warmup 0 --no-quality -o %s", p, c);
+    r = run(args);
+    unsetenv("PLUMB_BENCH_STEPS");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    char want_line[64];
+    snprintf(want_line, sizeof want_line, "greedy picks fnv1a %s (the same in every rep)", hash);
+    cr_expect(strstr(r.err, want_line) != NULL, "step-by-step picks differ from the chained run's %s: %s", hash, r.err);
+    done(&r);
     snprintf(path, sizeof path, "%s/index.html", rep);
     char *html = slurp(path, NULL);
     cr_assert_not_null(html);

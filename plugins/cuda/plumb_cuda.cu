@@ -71,6 +71,7 @@ extern "C" {
 // what a step's kernels are besides its layers (run_layers, graph_for)
 #define STEP_FUSED 1 // the layers as one persistent kernel (k_decode_fused)
 #define STEP_CHAIN 2 // a greedy chain's step: ends in k_pick_next
+#define STEP_MMA_ROPE 4 // a step of a token a sequence whose tensor-core attention does RoPE and the KV writes (PLUMB_CUDA_ROPE=...+mma)
 #define KPROF_STATS 512 // (kernel, step size) pairs
 
 #define CHECK(call, what)                                                                                           \
@@ -192,6 +193,7 @@ struct handle {
     int rope_pairs;                            // RoPE + KV writes a thread per rotation pair (PLUMB_CUDA_ROPE=pairs) or per value (values, default)
     int rope_att;                              // one-token steps: RoPE + KV writes inside the attention (PLUMB_CUDA_ROPE=attention)
     int rope_quads;                            // a thread 4 values (k_rope_kv_quads; PLUMB_CUDA_ROPE=quads), where the heads suit it (load)
+    int rope_mma;                              // steps of a token a sequence: inside the tensor-core attention (PLUMB_CUDA_ROPE=mma), where the heads suit it
     int norm_cluster;                          // RMS norms by clusters of NORM_CLUSTER blocks a row: 1 in batch steps (PLUMB_CUDA_NORM=cluster), 2 in all
                                                // (cluster-all), 0 a block a row (row, the default)
     CUtensorMap *amaps;                        // tensor maps of the F16 activations (AMAPS, aligned_alloc), by buffer, row length and token tile:
@@ -230,10 +232,11 @@ struct handle {
     struct flayer *fused_layers; // device copy of the layer descriptors
     unsigned *fused_bar;   // grid barrier counter, give-up flag
     unsigned *hflag;       // pinned copy of the give-up flag
-    // PLUMB_CUDA_FUSED_CHECK=1: each fused step also run unfused, logits compared
+    // PLUMB_CUDA_FUSED_CHECK=1: each fused or mma-RoPE step (forward's mode) also run the plain way, logits compared
     int fused_check;
     float *check_logits;
     long chk_steps, chk_rows, chk_agree;
+    const char *chk_what; // the kind of step checked: "fused" or "mma RoPE"
     double chk_maxdiff, chk_maxabs;
     // greedy chains (decode_chain): the token embeddings as the file has them, or NULL with the reason in chain_why
     uint8_t *embd;
@@ -1912,28 +1915,38 @@ __global__ void k_rope_kv_pairs(float *__restrict__ qkv, int ldq, const float *_
 // value-per-thread kernel's threads (the 7B batch-64 step's k_rope_kv_pairs
 // was 10 us on the H100, 1.45 waves of 64 x 48 blocks; bench/results/gpu/v22).
 // Same arithmetic: the partials added in psum1's order, (a, b) turned as there.
-__global__ void k_rope_kv_quads(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
-                                const float *__restrict__ sn, const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table,
-                                int max_blocks, int n_head, int n_head_kv, __half *__restrict__ kp, __half *__restrict__ vp, int layer, kv_geo g,
-                                psum ps) {
-    constexpr int HD = 128, HALF = HD / 2;
-    pdl_trigger();
-    pdl_wait();
-    const int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), i = (threadIdx.x & 31) * 4;
-    if (h >= n_head + 2 * n_head_kv) return;
-    float *row = qkv + (size_t)t * ldq;
-    const int c = h * HD + i;
+// Values c .. c + 3 of token t's q/k/v row: the row (or the sum of its split-K
+// partials, which replaces it unless the product accumulates) plus the bias
+__device__ __forceinline__ float4 qkv_value4(const float *row, const float *bias, const psum &ps, int t, int c) {
     float4 v = ps.p && !ps.accumulate ? make_float4(0, 0, 0, 0) : *(const float4 *)(row + c); // (a sum that replaces the row never reads it)
     if (ps.p) v = psum4(ps, v, t, c);
     if (bias) {
         const float4 b = *(const float4 *)(bias + c);
         v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
     }
-    if (h < n_head + n_head_kv) { // q or k: pairs i / 2 and i / 2 + 1 turn
-        const float c0 = cs[(size_t)t * HALF + i / 2], s0 = sn[(size_t)t * HALF + i / 2];
-        const float c1 = cs[(size_t)t * HALF + i / 2 + 1], s1 = sn[(size_t)t * HALF + i / 2 + 1];
-        v = make_float4(v.x * c0 - v.y * s0, v.x * s0 + v.y * c0, v.z * c1 - v.w * s1, v.z * s1 + v.w * c1);
-    }
+    return v;
+}
+// Values i .. i + 3 of a head of 128 turned by token t's angles: Llama's pairs (i, i + 1), (i + 2, i + 3)
+__device__ __forceinline__ float4 rope_turn4(float4 v, const float *cs, const float *sn, int t, int i) {
+    constexpr int HALF = 64;
+    const float c0 = cs[(size_t)t * HALF + i / 2], s0 = sn[(size_t)t * HALF + i / 2];
+    const float c1 = cs[(size_t)t * HALF + i / 2 + 1], s1 = sn[(size_t)t * HALF + i / 2 + 1];
+    return make_float4(v.x * c0 - v.y * s0, v.x * s0 + v.y * c0, v.z * c1 - v.w * s1, v.z * s1 + v.w * c1);
+}
+
+__global__ void k_rope_kv_quads(float *__restrict__ qkv, int ldq, const float *__restrict__ bias, const float *__restrict__ cs,
+                                const float *__restrict__ sn, const int *__restrict__ pos, const int *__restrict__ seq, const int *__restrict__ table,
+                                int max_blocks, int n_head, int n_head_kv, __half *__restrict__ kp, __half *__restrict__ vp, int layer, kv_geo g,
+                                psum ps) {
+    constexpr int HD = 128;
+    pdl_trigger();
+    pdl_wait();
+    const int t = blockIdx.x, h = blockIdx.y * 4 + (threadIdx.x >> 5), i = (threadIdx.x & 31) * 4;
+    if (h >= n_head + 2 * n_head_kv) return;
+    float *row = qkv + (size_t)t * ldq;
+    const int c = h * HD + i;
+    float4 v = qkv_value4(row, bias, ps, t, c);
+    if (h < n_head + n_head_kv) v = rope_turn4(v, cs, sn, t, i); // q or k: pairs i / 2 and i / 2 + 1 turn
     if (h < n_head) {
         *(float4 *)(row + c) = v;
         return;
@@ -2183,13 +2196,25 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 // KL against the CPU). PLUMB_CUDA_ATT_MINB=3 gives the compiler's choice.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-template <int MINB, bool PF>
+//
+// ROPE (PLUMB_CUDA_ROPE=...+mma; a step whose tokens are each of another
+// sequence, so its own position is the only one this step adds): the warp
+// does k_rope_kv_quads's work for its (token, head) first, the same
+// arithmetic (qkv_value4, rope_turn4: the same bits): lane l turns values
+// 4l .. 4l + 3 of q and k, writes k and v as F16 into the token's cache slot
+// and keeps them in shared memory, where the loop takes the newest
+// position's keys and values from (it never reads back a slot this kernel
+// writes); q goes through `staged`. Then no k_rope_kv_quads launch: one
+// kernel and a pass over q/k/v less a layer.
+template <int MINB, bool PF, bool ROPE>
 __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__restrict__ qkv, int ldq, const int *__restrict__ pos, const int *__restrict__ seq,
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
                                                        const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, kv_geo kg,
-                                                       float *out, int fmt, int8_t *aq, float2 *ad, __half *ah) {
+                                                       float *out, int fmt, int8_t *aq, float2 *ad, __half *ah, __half *kw, __half *vw,
+                                                       rope_in ri, psum ps) {
     constexpr int HD = 128;
     __shared__ float staged[4][HD];
+    __shared__ __align__(16) __half newest[4][2][HD]; // ROPE: a warp's token's key and value as the cache holds them
     pdl_trigger();
     pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -2198,10 +2223,26 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
     const int t = pair / n_head, h = pair % n_head, len = pos[t] + 1;
     const int *tab = table + seq[t] * max_blocks;
     auto at = [&](int p) { return kv_at(tab, p, h, layer, kg); };
+    const int cached = ROPE ? len - 1 : len; // positions read from the cache
+    if constexpr (ROPE) {
+        const int i = 4 * lane;
+        const float *row = qkv + (size_t)t * ldq;
+        const float4 q = rope_turn4(qkv_value4(row, ri.bias, ps, t, h * HD + i), ri.cs, ri.sn, t, i);
+        const float4 k = rope_turn4(qkv_value4(row, ri.bias, ps, t, (n_head + h) * HD + i), ri.cs, ri.sn, t, i);
+        const float4 v = qkv_value4(row, ri.bias, ps, t, (2 * n_head + h) * HD + i);
+        *(float4 *)&staged[warp][i] = q;
+        const __half2 kh[2] = {__floats2half2_rn(k.x, k.y), __floats2half2_rn(k.z, k.w)}, vh[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
+        const size_t slot = at(len - 1) + i;
+        *(uint2 *)(kw + slot) = *(const uint2 *)kh;
+        *(uint2 *)(vw + slot) = *(const uint2 *)vh;
+        *(uint2 *)&newest[warp][0][i] = *(const uint2 *)kh;
+        *(uint2 *)&newest[warp][1][i] = *(const uint2 *)vh;
+        __syncwarp();
+    }
     uint32_t qf[16]; // dims 32tq + 2w, +1
     {
         const float scale = rsqrtf((float)HD);
-        const float2 *q2 = (const float2 *)(qkv + (size_t)t * ldq + h * HD + 32 * tq);
+        const float2 *q2 = ROPE ? (const float2 *)&staged[warp][32 * tq] : (const float2 *)(qkv + (size_t)t * ldq + h * HD + 32 * tq);
 #pragma unroll
         for (int w = 0; w < 16; w++) {
             const float2 v = q2[w];
@@ -2226,24 +2267,33 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
         auto slot = [&](int p) { return whole ? base + (size_t)(p - p0) * kg.ps : at(p); };
 #pragma unroll
         for (int i = 0; i < 4; i++) ka[i] = kb[i] = make_uint4(0, 0, 0, 0);
-        if (pa < len) {
+        if (pa < cached) {
             const uint4 *src = (const uint4 *)(kp + slot(pa) + 32 * tq);
 #pragma unroll
             for (int i = 0; i < 4; i++) ka[i] = src[i];
+        } else if (ROPE && pa < len) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) ka[i] = ((const uint4 *)&newest[warp][0][32 * tq])[i];
         }
-        if (pb < len) {
+        if (pb < cached) {
             const uint4 *src = (const uint4 *)(kp + slot(pb) + 32 * tq);
 #pragma unroll
             for (int i = 0; i < 4; i++) kb[i] = src[i];
+        } else if (ROPE && pb < len) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) kb[i] = ((const uint4 *)&newest[warp][0][32 * tq])[i];
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) { // positions 2tq, 2tq + 1, 2tq + 8, 2tq + 9 (zeros past the end: 0 x garbage could be NaN)
             const int pv = p0 + 2 * tq + (j & 1) + 8 * (j >> 1);
             va[j][0] = va[j][1] = make_uint4(0, 0, 0, 0);
-            if (pv < len) {
+            if (pv < cached) {
                 const uint4 *src = (const uint4 *)(vp + slot(pv) + 16 * g);
                 va[j][0] = src[0];
                 va[j][1] = src[1];
+            } else if (ROPE && pv < len) {
+                va[j][0] = ((const uint4 *)&newest[warp][1][16 * g])[0];
+                va[j][1] = ((const uint4 *)&newest[warp][1][16 * g])[1];
             }
         }
         const uint32_t *kaw = (const uint32_t *)ka, *kbw = (const uint32_t *)kb;
@@ -2280,6 +2330,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
 #pragma unroll
     for (int x = 4; x < 32; x <<= 1) l += __shfl_xor_sync(0xffffffffu, l, x);
     const float inv = 1.0f / l;
+    if constexpr (ROPE) __syncwarp(); // every lane's reads of q in staged are done
     if (tq == 0)
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -2910,7 +2961,7 @@ static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4
 
 // PLUMB_CUDA_ROPE's value: words of values, pairs, quads, attention joined by '+'
 static int rope_words_known(const char *v) {
-    static const char *const words[] = {"values", "pairs", "quads", "attention"};
+    static const char *const words[] = {"values", "pairs", "quads", "attention", "mma"};
     while (*v) {
         const size_t len = strcspn(v, "+");
         int known = 0;
@@ -3095,8 +3146,8 @@ static void unload(void *hv) {
     }
     free_mat(&h->output);
     if (h->chk_steps)
-        fprintf(stderr, "plumb-cuda: fused check: %ld steps, %ld logit rows, top-1 agrees on %ld, max |logit difference| %.3g (largest |logit| %.3g)\n",
-                h->chk_steps, h->chk_rows, h->chk_agree, h->chk_maxdiff, h->chk_maxabs);
+        fprintf(stderr, "plumb-cuda: %s check: %ld steps, %ld logit rows, top-1 agrees on %ld, max |logit difference| %.3g (largest |logit| %.3g)\n",
+                h->chk_what, h->chk_steps, h->chk_rows, h->chk_agree, h->chk_maxdiff, h->chk_maxabs);
     free(h->check_logits);
     free(h->amaps);
     if (h->kprof) kprof_print(h);
@@ -3583,9 +3634,10 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->att_minb = amb && !strcmp(amb, "3") ? 3 : 4;
         const char *rp = getenv("PLUMB_CUDA_ROPE");
         if (rp && !rope_words_known(rp)) {
-            snprintf(err, err_len, "PLUMB_CUDA_ROPE wants values, pairs, quads or attention, or several joined by '+' (RoPE and the KV writes a "
+            snprintf(err, err_len, "PLUMB_CUDA_ROPE wants values, pairs, quads, attention or mma, or several joined by '+' (RoPE and the KV writes a "
                                    "thread per value, per rotation pair, or per 4 values for heads of 128; with attention, one-token steps do "
-                                   "them inside the attention), e.g. attention+pairs+quads");
+                                   "them inside the attention; with mma, steps of a token a sequence inside the tensor-core attention), "
+                                   "e.g. attention+pairs+quads+mma");
             goto fail;
         }
         /* Unset: the shape's profile (wide_model) */
@@ -3593,6 +3645,8 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
         /* (quads: heads of 128 all turned, Llama's pairs; then q/k/v rows are whole float4s) */
         h->rope_quads = (rp ? strstr(rp, "quads") != NULL : wide_model(d)) && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
+        /* (mma: k_rope_kv_quads's arithmetic, so the same heads; opt-in until measured) */
+        h->rope_mma = rp && strstr(rp, "mma") != NULL && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
         const char *sw = getenv("PLUMB_CUDA_SWIGLU");
         if (sw && strcmp(sw, "epilogue") && strcmp(sw, "kernel")) {
             snprintf(err, err_len, "PLUMB_CUDA_SWIGLU wants epilogue or kernel (a batch step's SwiGLU written by the gate/up GEMM where its "
@@ -4385,8 +4439,17 @@ static int attention_ropes(const handle *h, int n) {
     return h->rope_att && n == 1 && !h->pend.p && h->desc.n_rot > 0 && !attention_shape(h, n, &hg, &w) && w == 16;
 }
 
-// The step's attention for a layer; with ri (attention_ropes), RoPE and the
-// KV writes too.
+// Whether this step's tensor-core attention does RoPE and the KV writes
+// itself (k_attention_mma's ROPE): a step of a token a sequence (mode's
+// STEP_MMA_ROPE) that takes that kernel, without its L2 prefetch.
+static int attention_ropes_mma(const handle *h, int n, int mode) {
+    int hg, w;
+    return (mode & STEP_MMA_ROPE) && h->rope_mma && !h->att_prefetch && attention_shape(h, n, &hg, &w);
+}
+
+// The step's attention for a layer; with ri (attention_ropes, or
+// attention_ropes_mma: the product's pending partials go to the kernel too),
+// RoPE and the KV writes too.
 static void launch_attention(handle *h, int n, int layer, const int *pos, const int *seq, const int *table, int max_blocks, int fmt,
                              const rope_in *ri) {
     const plumb_backend_model_desc *d = &h->desc;
@@ -4394,10 +4457,13 @@ static void launch_attention(handle *h, int n, int layer, const int *pos, const 
     int hg = 1, w = 4;
     if (attention_shape(h, n, &hg, &w)) {
         const int pairs = n * d->n_head;
-        auto kernel = h->att_minb == 3 ? (h->att_prefetch ? k_attention_mma<3, true> : k_attention_mma<3, false>)
-                                       : (h->att_prefetch ? k_attention_mma<4, true> : k_attention_mma<4, false>);
+        const psum none = {NULL, 0, 0, 0, 0}, ps = ri ? h->pend : none;
+        if (ri) h->pend = none;
+        auto kernel = ri ? (h->att_minb == 3 ? k_attention_mma<3, false, true> : k_attention_mma<4, false, true>)
+                    : h->att_minb == 3 ? (h->att_prefetch ? k_attention_mma<3, true, false> : k_attention_mma<3, false, false>)
+                                       : (h->att_prefetch ? k_attention_mma<4, true, false> : k_attention_mma<4, false, false>);
         launch(h, kernel, dim3((unsigned)grid((size_t)pairs, 4)), 128, 0, h->qkv, ldq, pos, seq, table, max_blocks, d->n_head, pairs, h->k_pool, h->v_pool,
-               layer, h->kvg, h->att, fmt, h->aq, h->ad, h->ah);
+               layer, h->kvg, h->att, fmt, h->aq, h->ad, h->ah, h->k_pool, h->v_pool, ri ? *ri : rope_in{NULL, NULL, NULL, 0, 0}, ps);
         return;
     }
     const dim3 g(n * d->n_head_kv, (group + hg - 1) / hg);
@@ -4518,7 +4584,7 @@ static int run_layers(handle *h, int n, int n_out, int max_blocks, int mode, cha
         const int fq = group_fmt(h, L->qkv, L->n_qkv, n), fo = act_fmt(h, &L->wo, n), fg = group_fmt(h, L->gu, L->n_gu, n), fd = act_fmt(h, &L->down, n);
         if (other) norm(n, NULL, L->attn_norm, fq);
         if (mm && product(L->qkv, L->n_qkv, h->qkv, ldq, 0, 1)) return -1;
-        const int ropes = other && attention_ropes(h, n);
+        const int ropes = other && (attention_ropes(h, n) || attention_ropes_mma(h, n, mode));
         const rope_in ri = {L->bqkv, h->cs, h->sn, d->n_rot, d->rope_neox};
         if (other && !ropes && h->rope_quads)
             launch(h, k_rope_kv_quads, dim3(n, (d->n_head + 2 * d->n_head_kv + 3) / 4), 128, 0, h->qkv, ldq, L->bqkv, h->cs, h->sn, pos, seq, table,
@@ -4711,7 +4777,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     handle *h = (handle *)hv;
     const plumb_backend_model_desc *d = &h->desc;
     const int n = b->n, D = d->n_embd, nb = d->max_batch;
-    int n_out = 0, failed = 0, fused = 0, checking = 0, picks = 0, profiled = 0;
+    int n_out = 0, failed = 0, fused = 0, mode = 0, checking = 0, picks = 0, profiled = 0;
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
     if (b->max_blocks_per_seq > d->n_kv_blocks) {
@@ -4731,28 +4797,30 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
     CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
     fused = h->fused_ok && fused_blocks(h, n) && distinct(b->seq, n);
-    if (fused && h->fused_check && d->has_head && n_out > 0) { // the unfused step first, its logits kept
+    mode = fused ? STEP_FUSED : h->rope_mma && n > 1 && distinct(b->seq, n) ? STEP_MMA_ROPE : 0;
+    if (mode && h->fused_check && d->has_head && n_out > 0) { // the plain step first (mode 0), its logits kept
         exec = graph_for(h, n, n_out, b->max_blocks_per_seq, 0, err, err_len, &failed);
         if (failed) return -1;
         if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
         else if (run_layers(h, n, n_out, b->max_blocks_per_seq, 0, err, err_len)) return -1;
         CHECK(cudaMemcpyAsync(h->hlogits, h->logits, (size_t)n_out * d->n_vocab * 4, cudaMemcpyDeviceToHost, h->stream), "copying logits");
         CHECK(cudaStreamSynchronize(h->stream), "running the layers");
-        if (!h->check_logits && !(h->check_logits = (float *)malloc((size_t)MATVEC_MAX_N * d->n_vocab * 4))) {
+        if (!h->check_logits && !(h->check_logits = (float *)malloc((size_t)nb * d->n_vocab * 4))) {
             snprintf(err, err_len, "out of host memory");
             return -1;
         }
         memcpy(h->check_logits, h->hlogits, (size_t)n_out * d->n_vocab * 4);
         CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
         checking = 1;
+        h->chk_what = fused ? "fused" : "mma RoPE";
     }
-    exec = graph_for(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len, &failed);
+    exec = graph_for(h, n, n_out, b->max_blocks_per_seq, mode, err, err_len, &failed);
     if (failed) return -1;
     profiled = h->prof_step > 0 && n_out == n && distinct(b->seq, n) && ++h->decode_steps == h->prof_step;
     if (profiled) CHECK(cudaProfilerStart(), "starting the profiler's range");
     if (h->times) cudaEventRecord(h->ev0, h->stream);
     if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
-    else if (run_layers(h, n, n_out, b->max_blocks_per_seq, fused, err, err_len)) return -1;
+    else if (run_layers(h, n, n_out, b->max_blocks_per_seq, mode, err, err_len)) return -1;
     if (fused) CHECK(cudaMemcpyAsync(h->hflag, h->fused_bar + 1, sizeof(unsigned), cudaMemcpyDeviceToHost, h->stream), "reading the step's status");
     if (h->times) {
         cudaEventRecord(h->ev1, h->stream);
@@ -4828,6 +4896,8 @@ static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_
     const plumb_backend_model_desc *d = &h->desc;
     const int n = c->n, D = d->n_embd, nb = d->max_batch;
     int delivered = 0, failed = 0, stopped = 0;
+    /* (a chain's steps take a token of each of n sequences) */
+    const int chain_mode = STEP_CHAIN | (h->rope_mma && n > 1 && n <= nb && distinct(c->seq, n) ? STEP_MMA_ROPE : 0);
     int got[64], *ids = n <= 64 ? got : (int *)malloc((size_t)n * 4);
     const double t0 = now_s();
     if (!h->embd) {
@@ -4858,10 +4928,10 @@ static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_
     }
     for (int s = 0; s <= c->n_steps && !stopped; s++) {
         if (s < c->n_steps) { // enqueue step s
-            cudaGraphExec_t exec = graph_for(h, n, n, c->max_blocks_per_seq, STEP_CHAIN, err, err_len, &failed);
+            cudaGraphExec_t exec = graph_for(h, n, n, c->max_blocks_per_seq, chain_mode, err, err_len, &failed);
             if (failed) goto fail;
             if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
-            else if (run_layers(h, n, n, c->max_blocks_per_seq, STEP_CHAIN, err, err_len)) goto fail;
+            else if (run_layers(h, n, n, c->max_blocks_per_seq, chain_mode, err, err_len)) goto fail;
             CHECK(cudaEventRecord(h->chain_ev[s % CHAIN_SLOTS], h->stream), "recording a step");
         }
         if (s > 0) { // step s - 1's picks, while step s runs
