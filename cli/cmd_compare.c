@@ -1,7 +1,9 @@
 /* cmd_compare.c — plumb compare A.json B.json: speedup ratios between two
  * bench records, only where the conditions match. It refuses, saying why,
  * when the runs differ in model, prompt or output length, concurrency or
- * the number of tokens generated: such a ratio would not be a speedup. */
+ * the number of tokens generated: such a ratio would not be a speedup. Each
+ * ratio says whether the two runs generated the same greedy tokens (their
+ * picks' hashes): a faster run whose tokens differ changed the arithmetic. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,8 +90,11 @@ int cmd_compare(int argc, char **argv) {
         const double pm = st(match, "prefill_tps", "median") / st(a, "prefill_tps", "median");
         const double plo = st(match, "prefill_tps", "min") / st(a, "prefill_tps", "max"), phi = st(match, "prefill_tps", "max") / st(a, "prefill_tps", "min");
         const double tm = st(a, "ttft_ms", "p50") / st(match, "ttft_ms", "p50");
-        printf("%-28s -> %-28s decode %.2fx [%.2f-%.2f], prefill %.2fx [%.2f-%.2f], TTFT %.2fx shorter  (%.2f -> %.2f tok/s)\n", la, lb, dm, dlo,
-               dhi, pm, plo, phi, tm, st(a, "decode_tps", "median"), st(match, "decode_tps", "median"));
+        /* the same greedy tokens? (records from before the picks' hash have none) */
+        const char *ha = s_(a, "greedy_picks_fnv1a"), *hb = s_(match, "greedy_picks_fnv1a");
+        const char *picks = !*ha || !*hb ? "not recorded" : !strcmp(ha, hb) ? "the same" : "DIFFERENT";
+        printf("%-28s -> %-28s decode %.2fx [%.2f-%.2f], prefill %.2fx [%.2f-%.2f], TTFT %.2fx shorter  (%.2f -> %.2f tok/s); greedy tokens %s\n", la,
+               lb, dm, dlo, dhi, pm, plo, phi, tm, st(a, "decode_tps", "median"), st(match, "decode_tps", "median"), picks);
         compared++;
     }
     printf("\n%d comparisons, %d refused. Ratios are candidate/baseline medians; [ranges] pair the extremes of the repetitions.\n", compared, refused);

@@ -232,6 +232,7 @@ Test(cli, bench_record_and_compare) {
     r = run(args);
     cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "decode ") && strstr(r.out, "1 comparisons, 0 refused"), "%s", r.out);
+    cr_expect(strstr(r.out, "greedy tokens the same") != NULL, "%s", r.out); /* the same model and settings */
     done(&r);
     snprintf(args, sizeof args, "compare %s.json %s.json", a, c);
     r = run(args);
