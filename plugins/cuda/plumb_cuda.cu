@@ -2213,7 +2213,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
                                                        float *out, int fmt, int8_t *aq, float2 *ad, __half *ah, __half *kw, __half *vw,
                                                        rope_in ri, psum ps) {
     constexpr int HD = 128;
-    __shared__ float staged[4][HD];
+    __shared__ __align__(16) float staged[4][HD]; // (ROPE: float4 stores)
     __shared__ __align__(16) __half newest[4][2][HD]; // ROPE: a warp's token's key and value as the cache holds them
     pdl_trigger();
     pdl_wait();
