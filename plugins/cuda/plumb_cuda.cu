@@ -2197,7 +2197,7 @@ __global__ void __launch_bounds__(32 * W) k_attention(const float *__restrict__ 
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 //
-// ROPE (PLUMB_CUDA_ROPE=...+mma; a step whose tokens are each of another
+// ROPE (PLUMB_CUDA_ROPE=...+mma, the default of wide models; a step whose tokens are each of another
 // sequence, so its own position is the only one this step adds): the warp
 // does k_rope_kv_quads's work for its (token, head) first, the same
 // arithmetic (qkv_value4, rope_turn4: the same bits): lane l turns values
@@ -2959,7 +2959,7 @@ static int to_device(handle *h, void **dst, const void *src, size_t bytes, char 
 // sides. Not run on TinyLlama (heads of 64: the kernel does not apply).
 static int wide_model(const plumb_backend_model_desc *d) { return d->n_embd >= 4096; }
 
-// PLUMB_CUDA_ROPE's value: words of values, pairs, quads, attention joined by '+'
+// PLUMB_CUDA_ROPE's value: words of values, pairs, quads, attention, mma joined by '+'
 static int rope_words_known(const char *v) {
     static const char *const words[] = {"values", "pairs", "quads", "attention", "mma"};
     while (*v) {
@@ -3645,8 +3645,9 @@ static void *load(const plumb_backend_model_desc *d, char *err, size_t err_len) 
         h->rope_att = rp ? strstr(rp, "attention") != NULL : wide_model(d);
         /* (quads: heads of 128 all turned, Llama's pairs; then q/k/v rows are whole float4s) */
         h->rope_quads = (rp ? strstr(rp, "quads") != NULL : wide_model(d)) && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
-        /* (mma: k_rope_kv_quads's arithmetic, so the same heads; opt-in until measured) */
-        h->rope_mma = rp && strstr(rp, "mma") != NULL && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
+        /* (mma: k_rope_kv_quads's arithmetic, so the same heads and the same bits; on by default where quads is: 7B Q4_0
+         * batch 64 on the H200 13462 / 13467 -> 13736 / 13741 tok/s, logits equal to the last bit, bench/results/gpu/v25) */
+        h->rope_mma = (rp ? strstr(rp, "mma") != NULL : wide_model(d)) && !d->rope_neox && d->n_rot == 128 && d->head_dim == 128;
         const char *sw = getenv("PLUMB_CUDA_SWIGLU");
         if (sw && strcmp(sw, "epilogue") && strcmp(sw, "kernel")) {
             snprintf(err, err_len, "PLUMB_CUDA_SWIGLU wants epilogue or kernel (a batch step's SwiGLU written by the gate/up GEMM where its "
