@@ -17,6 +17,12 @@ static void human(uint64_t b, char *buf, size_t n) {
     else snprintf(buf, n, "%llu B", (unsigned long long)b);
 }
 
+static void tensor_sha256(const gguf_tensor *t, char hex[65]) {
+    plumb_sha256_ctx *c = plumb_sha256_begin();
+    plumb_sha256_update(c, t->data, t->nbytes);
+    plumb_sha256_end(c, hex);
+}
+
 /* an unsigned value (jansson's integers are signed: above INT64_MAX, a real) */
 static json_t *json_unsigned(uint64_t u) { return u <= INT64_MAX ? json_integer((json_int_t)u) : json_real((double)u); }
 
@@ -104,9 +110,7 @@ static int info_json(const gguf_file *f, const char *path, int all_keys, int has
         json_object_set_new(o, "bytes", json_integer((json_int_t)t->nbytes));
         if (hash) {
             char hex[65];
-            plumb_sha256_ctx *one = plumb_sha256_begin();
-            plumb_sha256_update(one, t->data, t->nbytes);
-            plumb_sha256_end(one, hex);
+            tensor_sha256(t, hex);
             json_object_set_new(o, "sha256", json_string(hex));
         }
         json_array_append_new(tensors, o);
@@ -172,9 +176,7 @@ int cmd_info(int argc, char **argv) {
         for (uint64_t i = 0; i < f->n_tensors; i++) {
             const gguf_tensor *t = &f->tensors[i];
             char hex[65];
-            plumb_sha256_ctx *one = plumb_sha256_begin();
-            plumb_sha256_update(one, t->data, t->nbytes);
-            plumb_sha256_end(one, hex);
+            tensor_sha256(t, hex);
             printf("%s  %-6s %s\n", hex, plumb_type_name(t->type), t->name);
         }
         char hex[65];

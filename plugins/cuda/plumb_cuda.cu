@@ -2211,7 +2211,7 @@ __global__ void __launch_bounds__(128, MINB) k_attention_mma(const float *__rest
                                                        const int *__restrict__ table, int max_blocks, int n_head, int pairs,
                                                        const __half *__restrict__ kp, const __half *__restrict__ vp, int layer, kv_geo kg,
                                                        float *out, int fmt, int8_t *aq, float2 *ad, __half *ah, __half *kw, __half *vw,
-                                                       rope_in ri, psum ps) {
+                                                       rope_in ri, psum ps) { // (kw, vw: kp, vp to write through, ROPE only)
     constexpr int HD = 128;
     __shared__ __align__(16) float staged[4][HD]; // (ROPE: float4 stores)
     __shared__ __align__(16) __half newest[4][2][HD]; // ROPE: a warp's token's key and value as the cache holds them
@@ -4445,7 +4445,7 @@ static int attention_ropes(const handle *h, int n) {
 // STEP_MMA_ROPE) that takes that kernel, without its L2 prefetch.
 static int attention_ropes_mma(const handle *h, int n, int mode) {
     int hg, w;
-    return (mode & STEP_MMA_ROPE) && h->rope_mma && !h->att_prefetch && attention_shape(h, n, &hg, &w);
+    return (mode & STEP_MMA_ROPE) && !h->att_prefetch && attention_shape(h, n, &hg, &w); // (mma_rope_mode sets it only with rope_mma)
 }
 
 // The step's attention for a layer; with ri (attention_ropes, or
@@ -4694,6 +4694,9 @@ static int distinct(const int *seq, int n) {
     return 1;
 }
 
+// STEP_MMA_ROPE for a step of n tokens (one_each: each of another sequence) where the tensor-core attention may do RoPE
+static int mma_rope_mode(const handle *h, int n, int one_each) { return h->rope_mma && n > 1 && one_each ? STEP_MMA_ROPE : 0; }
+
 // PLUMB_CUDA_FUSED_CHECK: the fused step's logits against the unfused step's
 static void compare_logits(handle *h, const float *ref, const float *got, int rows) {
     const int V = h->desc.n_vocab;
@@ -4779,6 +4782,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     const plumb_backend_model_desc *d = &h->desc;
     const int n = b->n, D = d->n_embd, nb = d->max_batch;
     int n_out = 0, failed = 0, fused = 0, mode = 0, checking = 0, picks = 0, profiled = 0;
+    const int one_each = distinct(b->seq, n); // a decode step (a token per sequence), not a prompt chunk
     cudaGraphExec_t exec = NULL;
     if (n > nb) { snprintf(err, err_len, "batch of %d exceeds the plugin's %d", n, nb); return -1; }
     if (b->max_blocks_per_seq > d->n_kv_blocks) {
@@ -4797,8 +4801,8 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     memcpy(h->hx, x_host, (size_t)n * D * 4);
     CHECK(cudaMemcpyAsync(h->meta, hp, (3 * nb + table_ints) * 4, cudaMemcpyHostToDevice, h->stream), "copying positions and block tables");
     CHECK(cudaMemcpyAsync(h->x, h->hx, (size_t)n * D * 4, cudaMemcpyHostToDevice, h->stream), "copying hidden states");
-    fused = h->fused_ok && fused_blocks(h, n) && distinct(b->seq, n);
-    mode = fused ? STEP_FUSED : h->rope_mma && n > 1 && distinct(b->seq, n) ? STEP_MMA_ROPE : 0;
+    fused = h->fused_ok && fused_blocks(h, n) && one_each;
+    mode = fused ? STEP_FUSED : mma_rope_mode(h, n, one_each);
     if (mode && h->fused_check && d->has_head && n_out > 0) { // the plain step first (mode 0), its logits kept
         exec = graph_for(h, n, n_out, b->max_blocks_per_seq, 0, err, err_len, &failed);
         if (failed) return -1;
@@ -4817,7 +4821,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     }
     exec = graph_for(h, n, n_out, b->max_blocks_per_seq, mode, err, err_len, &failed);
     if (failed) return -1;
-    profiled = h->prof_step > 0 && n_out == n && distinct(b->seq, n) && ++h->decode_steps == h->prof_step;
+    profiled = h->prof_step > 0 && n_out == n && one_each && ++h->decode_steps == h->prof_step;
     if (profiled) CHECK(cudaProfilerStart(), "starting the profiler's range");
     if (h->times) cudaEventRecord(h->ev0, h->stream);
     if (exec) CHECK(cudaGraphLaunch(exec, h->stream), "launching the step");
@@ -4864,7 +4868,7 @@ static int forward(void *hv, const plumb_backend_batch *b, float *x_host, float 
     if (checking) compare_logits(h, h->check_logits, logits_host, n_out);
     if (h->kprof) kprof_collect(h, n_out == n ? n : -n);
     if (h->times) {
-        handle::step_time *t = &h->times[(distinct(b->seq, n) ? nb + 1 : 0) + n]; // decode steps (a token per sequence) apart from prompt chunks
+        handle::step_time *t = &h->times[(one_each ? nb + 1 : 0) + n]; // decode steps apart from prompt chunks
         float ms = 0;
         cudaEventElapsedTime(&ms, h->ev0, h->ev1);
         if (!t_done) t_done = now_s();
@@ -4898,7 +4902,7 @@ static int decode_chain(void *hv, const plumb_backend_chain *c, char *err, size_
     const int n = c->n, D = d->n_embd, nb = d->max_batch;
     int delivered = 0, failed = 0, stopped = 0;
     /* (a chain's steps take a token of each of n sequences) */
-    const int chain_mode = STEP_CHAIN | (h->rope_mma && n > 1 && n <= nb && distinct(c->seq, n) ? STEP_MMA_ROPE : 0);
+    const int chain_mode = STEP_CHAIN | (n <= nb ? mma_rope_mode(h, n, distinct(c->seq, n)) : 0);
     int got[64], *ids = n <= 64 ? got : (int *)malloc((size_t)n * 4);
     const double t0 = now_s();
     if (!h->embd) {
